@@ -1,0 +1,225 @@
+"""The Arrow schemas of every table tailcut writes: the one place they are defined.
+
+``spans`` and ``traces`` are the data dir's tables (DESIGN.md section 4); ``corpus_runs`` and
+``corpus_envelopes`` are a replay corpus's ``runs.parquet`` and ``envelopes.parquet`` (section 6);
+``replay_results`` is what ``tailcut replay --out`` writes. Writers build their tables with these schemas
+and stamp :data:`SCHEMA_VERSION` into each file's key-value metadata; readers use ``union_by_name`` so a
+file written before a column existed still reads (the column is null there).
+
+Conventions
+-----------
+* ``trace_id`` is 32 lowercase hex characters, ``span_id`` 16.
+* Times are ``timestamp[ns, tz=UTC]``; durations are float milliseconds.
+* Payload columns (``request``, ``response``, ...) use Arrow's JSON extension type, so DuckDB reads them
+  as ``JSON`` and ``request->>'$.model'`` works directly.
+* ``attributes`` and ``resource`` are ``map<string, string>``: string values verbatim, every other value
+  (numbers, booleans, arrays) as its JSON text. ``attributes['gen_ai.request.model']`` reads a key.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+#: Bumped when a column is added or changes meaning; written into every file's metadata.
+SCHEMA_VERSION: Final = "1"
+#: Key of the schema version in Parquet key-value metadata.
+SCHEMA_VERSION_KEY: Final = b"tailcut.schema_version"
+#: Key naming which table a file belongs to.
+TABLE_KEY: Final = b"tailcut.table"
+
+TIMESTAMP: Final = pa.timestamp("ns", tz="UTC")
+JSON: Final = pa.json_(pa.string())
+STRING_MAP: Final = pa.map_(pa.string(), pa.string())
+
+EVENT: Final = pa.struct(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("time", TIMESTAMP),
+        pa.field("attributes", STRING_MAP),
+    ]
+)
+LINK: Final = pa.struct(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("span_id", pa.string(), nullable=False),
+        pa.field("attributes", STRING_MAP),
+    ]
+)
+
+
+def _f(name: str, type_: pa.DataType, nullable: bool = True) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable)
+
+
+SPANS: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("span_id", pa.string(), False),
+        _f("parent_span_id", pa.string()),
+        _f("name", pa.string(), False),
+        _f("kind", pa.string(), False),  # tailcut kind: root, agent, llm, tool, ...
+        _f("span_kind", pa.string(), False),  # OpenTelemetry SpanKind: INTERNAL, CLIENT, SERVER, ...
+        _f("service_name", pa.string()),
+        _f("start_time", TIMESTAMP, False),
+        _f("end_time", TIMESTAMP, False),
+        _f("duration_ms", pa.float64(), False),
+        _f("status_code", pa.string(), False),  # UNSET, OK, ERROR
+        _f("status_message", pa.string()),
+        _f("error_type", pa.string()),
+        _f("model", pa.string()),
+        _f("provider", pa.string()),
+        _f("operation", pa.string()),
+        _f("input_tokens", pa.int64()),
+        _f("output_tokens", pa.int64()),
+        _f("finish_reason", pa.string()),
+        _f("tool_name", pa.string()),
+        _f("tool_call_id", pa.string()),
+        _f("agent_name", pa.string()),
+        _f("boundary", pa.string()),
+        _f("occurrence", pa.int32()),
+        _f("seq", pa.int32()),
+        _f("attempt", pa.int32()),
+        _f("request", JSON),
+        _f("request_sha256", pa.string()),
+        _f("response", JSON),
+        _f("response_sha256", pa.string()),
+        _f("attributes", STRING_MAP),  # every span attribute not promoted to a column above
+        _f("resource", STRING_MAP),
+        _f("events", pa.list_(EVENT)),
+        _f("links", pa.list_(LINK)),
+        # tree columns, computed once the whole trace is known
+        _f("depth", pa.int32(), False),  # 0 for a root (or an orphan)
+        _f("child_count", pa.int32(), False),
+        _f("span_index", pa.int32(), False),  # pre-order position in the trace, children by start time
+        _f("subtree_end", pa.int32(), False),  # descendants are exactly span_index < i <= subtree_end
+        _f("self_time_ms", pa.float64(), False),  # duration minus the union of the children's intervals
+        # additions beyond DESIGN.md section 4
+        _f("scope_name", pa.string()),  # instrumentation scope that produced the span
+        _f("is_orphan", pa.bool_(), False),  # its parent never arrived; treated as a subtree root
+    ],
+    metadata={TABLE_KEY: b"spans", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+TRACES: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("service_name", pa.string()),
+        _f("root_name", pa.string()),
+        _f("agent_name", pa.string()),
+        _f("start_time", TIMESTAMP),
+        _f("end_time", TIMESTAMP),
+        _f("duration_ms", pa.float64()),
+        _f("span_count", pa.int32(), False),
+        _f("error_count", pa.int32(), False),
+        _f("llm_calls", pa.int32(), False),
+        _f("tool_calls", pa.int32(), False),
+        _f("input_tokens", pa.int64(), False),
+        _f("output_tokens", pa.int64(), False),
+        _f("max_depth", pa.int32(), False),
+        _f("max_tool_repeat", pa.int32(), False),
+        _f("schema_violations", pa.int32(), False),
+        _f("anomaly_score", pa.float64()),
+        _f("outcome", pa.string()),  # pass, fail, unknown (null when the run never said)
+        _f("outcome_score", pa.float64()),
+        _f("harness_revision", pa.string()),
+        _f("kept", pa.bool_(), False),
+        _f("policies", pa.list_(pa.string()), False),  # every policy that matched, kept or not
+        _f("baseline", pa.bool_(), False),  # member of the uniform (probabilistic) slice
+        _f("inclusion_probability", pa.float64(), False),  # pi: P(the design kept this trace)
+        _f("decision_reason", pa.string(), False),  # root_end, idle, evicted, max_spans, shutdown, embedded
+        _f("decided_at", TIMESTAMP, False),
+        # additions beyond DESIGN.md section 4
+        _f("env_revision", pa.string()),
+        _f("prompt_version", pa.string()),
+        _f("has_root", pa.bool_(), False),  # a root span arrived before the decision
+        _f("orphan_count", pa.int32(), False),
+        _f("late_spans", pa.int32(), False),  # spans that arrived after the decision (kept: written)
+    ],
+    metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded")
+
+CORPUS_RUNS: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("service_name", pa.string()),
+        _f("root_name", pa.string()),
+        _f("agent_name", pa.string()),
+        _f("run_input", JSON),
+        _f("harness_revision", pa.string()),
+        _f("env_revision", pa.string()),
+        _f("prompt_version", pa.string()),
+        _f("initial_state", JSON),
+        _f("outcome", pa.string()),
+        _f("outcome_score", pa.float64()),
+        _f("categories", pa.list_(pa.string()), False),  # failure categories found (empty: none)
+        _f("category", pa.string()),  # the primary category, or null for a baseline run
+        _f("inclusion_probability", pa.float64(), False),
+        _f("baseline", pa.bool_(), False),
+        _f("selection_reason", pa.string(), False),  # why this run is in the corpus
+        _f("replayable", pa.bool_(), False),
+        _f("not_replayable_reason", pa.string()),
+        _f("boundary_count", pa.int32(), False),
+        _f("start_time", TIMESTAMP),
+    ],
+    metadata={TABLE_KEY: b"corpus_runs", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+CORPUS_ENVELOPES: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("seq", pa.int32(), False),
+        _f("boundary", pa.string(), False),
+        _f("occurrence", pa.int32(), False),
+        _f("kind", pa.string(), False),
+        _f("name", pa.string()),
+        _f("span_id", pa.string(), False),
+        _f("request", JSON),
+        _f("request_sha256", pa.string()),
+        _f("response", JSON),
+        _f("response_sha256", pa.string()),
+        _f("stream_events", JSON),  # the stream's events as recorded (JSON array), null if not a stream
+        _f("error_type", pa.string()),
+        _f("error_message", pa.string()),
+        _f("latency_ms", pa.float64(), False),
+        _f("attempt", pa.int32()),
+        _f("retries", pa.int32()),
+        _f("model", pa.string()),
+        _f("provider", pa.string()),
+        _f("tool_name", pa.string()),
+    ],
+    metadata={TABLE_KEY: b"corpus_envelopes", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+REPLAY_RESULTS: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("mode", pa.string(), False),  # recorded, live, cut
+        _f("rerun", pa.int32(), False),  # 1-based index of the rerun of this trace
+        _f("passed", pa.bool_(), False),
+        _f("divergence", JSON),  # the first divergence (boundary, occurrence, seq, diff), null if none
+        _f("divergence_count", pa.int32(), False),
+        _f("live_crossings", pa.int32(), False),
+        _f("served_crossings", pa.int32(), False),
+        _f("duration_ms", pa.float64(), False),
+        _f("error", pa.string()),  # what the agent raised, if it raised
+        _f("check_message", pa.string()),  # what the check function said
+        _f("harness_revision", pa.string()),
+        _f("category", pa.string()),
+        _f("baseline", pa.bool_(), False),
+        _f("inclusion_probability", pa.float64(), False),
+        _f("started_at", TIMESTAMP, False),
+    ],
+    metadata={TABLE_KEY: b"replay_results", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+TABLES: Final = {
+    "spans": SPANS,
+    "traces": TRACES,
+    "corpus_runs": CORPUS_RUNS,
+    "corpus_envelopes": CORPUS_ENVELOPES,
+    "replay_results": REPLAY_RESULTS,
+}

@@ -1,0 +1,410 @@
+"""The engine every instrumented boundary runs through.
+
+A crossing is recorded in four steps, shared by the decorators, the context managers and the
+``openai``/``anthropic`` instrumentors:
+
+1. :func:`start_boundary` numbers the crossing (boundary, occurrence, seq), encodes the request as
+   canonical JSON (redacted, hashed, offloaded when large), starts the span and asks the active
+   :class:`~tailcut.interceptor.BoundaryInterceptor` whether to run live or serve a recorded outcome;
+2. the caller runs the real call (or takes :attr:`BoundarySpan.served`) inside :meth:`BoundarySpan.active`;
+3. :meth:`BoundarySpan.finish` (or :meth:`~BoundarySpan.fail`) records the response or the error;
+4. :meth:`BoundarySpan.end` ends the span and folds it into the run's signals.
+
+Nothing here raises into the agent on tailcut's account: a payload that cannot be encoded is recorded
+as such on the span, logged once and counted; the agent's own exceptions pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from tailcut import _config
+from tailcut import attributes as attr
+from tailcut._run_state import _ATTEMPT, _DEPTH, _TOOL_CALL_ID, RunState, current_run_state
+from tailcut.canonical import canonical_bytes, canonical_json, loads
+from tailcut.errors import CanonicalEncodingError, Divergence
+from tailcut.interceptor import Crossing, Served, active_interceptor, exception_type_name
+from tailcut.payloads import PayloadStoreError, make_stub
+from tailcut.redaction import redact_json_text
+
+_logger = logging.getLogger("tailcut")
+
+#: Attribute names of the two payload fields of a boundary span.
+_FIELD_ATTRS = {
+    "request": (attr.REQUEST, attr.REQUEST_SHA256, attr.REQUEST_BYTES),
+    "response": (attr.RESPONSE, attr.RESPONSE_SHA256, attr.RESPONSE_BYTES),
+    "events": (attr.STREAM_EVENTS, None, None),
+    "input": (attr.RUN_INPUT, None, None),
+    "output": (attr.RUN_OUTPUT, None, None),
+}
+
+
+class EncodedPayload:
+    """A payload as recorded: inline text (None if not captured), hash, size, span attributes."""
+
+    __slots__ = ("attributes", "inline", "sha256", "size", "text")
+
+    def __init__(self, text: str, sha256: str, size: int, inline: str | None, attributes: dict[str, Any]):
+        self.text = text
+        self.sha256 = sha256
+        self.size = size
+        self.inline = inline
+        self.attributes = attributes
+
+
+def encode_payload(
+    config: _config.Config, kind: str, field: str, value: Any, *, canonical: str | None = None
+) -> EncodedPayload:
+    """Canonicalise, redact, hash and (when over the inline limit) offload one payload.
+
+    ``canonical`` skips encoding when the caller already holds the canonical text.
+
+    Raises
+    ------
+    CanonicalEncodingError
+        If ``value`` cannot be encoded; the caller records that on the span.
+    """
+    if canonical is None:
+        raw = canonical_bytes(value)
+        text = raw.decode("utf-8")
+    else:
+        text, raw = canonical, b""
+    if config.redact_defaults:
+        redacted = redact_json_text(text)
+        if redacted is not text:
+            text, raw = redacted, b""
+    if config.redact is not None:
+        text = canonical_json(config.redact(loads(text), kind=kind, field=field))
+        raw = b""
+    if not raw:
+        raw = text.encode("utf-8")
+    sha = hashlib.sha256(raw).hexdigest()
+    size = len(raw)
+    text_key, sha_key, size_key = _FIELD_ATTRS[field]
+    attributes: dict[str, Any] = {}
+    if sha_key is not None:
+        attributes[sha_key] = sha
+        attributes[size_key] = size
+    inline: str | None = text
+    if not config.captures(kind):
+        inline = None
+        attributes[attr.CONTENT_CAPTURED] = False
+    elif size > config.inline_limit:
+        inline = canonical_json(make_stub(sha, size, text))
+        attributes[attr.PAYLOAD_TRUNCATED] = True
+        store = config.payload_store
+        try:
+            if store is None:
+                raise PayloadStoreError("no payload store is configured")
+            attributes[attr.PAYLOAD_REF] = [store.put(raw, sha)]
+        except PayloadStoreError as exc:
+            _config.counters.add("payloads_lost")
+            _config.counters.warn_once("payload-store", "tailcut: payload not stored: %s", exc)
+            attributes[attr.PAYLOAD_ERROR] = f"{field}: {exc}"
+    if inline is not None:
+        attributes[text_key] = inline
+    return EncodedPayload(text, sha, size, inline, attributes)
+
+
+class RecordedSpan:
+    """A span tailcut is recording: makes itself current, records failures, folds into the run."""
+
+    __slots__ = ("_depth", "_ended", "_failed", "kind", "run", "span")
+
+    def __init__(self, kind: str, span: trace.Span, run: RunState, depth: int) -> None:
+        self.kind = kind
+        self.span = span
+        self.run = run
+        self._depth = depth
+        self._ended = False
+        self._failed = False
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[RecordedSpan]:
+        """Make the span current (so nested spans are its children) for the code inside."""
+        token = otel_context.attach(trace.set_span_in_context(self.span))
+        depth_token = _DEPTH.set(self._depth)
+        try:
+            yield self
+        finally:
+            _DEPTH.reset(depth_token)
+            otel_context.detach(token)
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None:
+        self.span.set_attributes(attributes)
+
+    def fail(self, exc: BaseException, *, error_type: str | None = None) -> None:
+        """Record an exception raised inside this span, as OpenTelemetry records failures."""
+        if self._failed:
+            return
+        self._failed = True
+        self.span.record_exception(exc)
+        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self.span.set_attributes(
+            {attr.ERROR_TYPE: error_type or exception_type_name(exc), attr.ERROR_MESSAGE: str(exc)}
+        )
+
+    def end(self) -> None:
+        """End the span and fold it into the run's signals (idempotent)."""
+        if self._ended:
+            return
+        self._ended = True
+        self.span.end()
+        self._fold()
+
+    def _fold(self) -> None:
+        self.run.span_ended(self.kind, failed=self._failed)
+
+    def __enter__(self) -> RecordedSpan:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None and not isinstance(exc, GeneratorExit):
+            self.fail(exc)
+        self.end()
+
+
+def start_span(
+    kind: str,
+    name: str,
+    *,
+    span_name: str | None = None,
+    span_kind: SpanKind = SpanKind.INTERNAL,
+    attributes: dict[str, Any] | None = None,
+) -> RecordedSpan | None:
+    """Begin a span that is not a boundary (agent, chain, other); None when tailcut is off."""
+    config = _config.current()
+    if not config.enabled:
+        return None
+    run = current_run_state()
+    depth = _DEPTH.get() + 1
+    span_attributes: dict[str, Any] = {
+        attr.KIND: kind,
+        attr.GEN_AI_OPERATION_NAME: attr.OPERATION_FOR_KIND[kind],
+    }
+    if attributes:
+        span_attributes.update(attributes)
+    span = config.tracer.start_span(span_name or name, kind=span_kind, attributes=span_attributes)
+    run.span_started(depth)
+    return RecordedSpan(kind, span, run, depth)
+
+
+class BoundarySpan(RecordedSpan):
+    """One crossing in progress: its span, its numbering and what the interceptor decided."""
+
+    __slots__ = (
+        "_result_told",
+        "_schema_violations",
+        "_tokens",
+        "config",
+        "crossing",
+        "interceptor",
+        "request",
+        "response",
+        "served",
+    )
+
+    def __init__(
+        self,
+        config: _config.Config,
+        kind: str,
+        span: trace.Span,
+        crossing: Crossing,
+        run: RunState,
+        request: EncodedPayload | None,
+        depth: int,
+    ) -> None:
+        super().__init__(kind, span, run, depth)
+        self.config = config
+        self.crossing = crossing
+        self.request = request
+        self.response: EncodedPayload | None = None
+        self.interceptor = active_interceptor()
+        self.served: Served | None = None
+        self._result_told = False
+        self._tokens = 0
+        self._schema_violations = 0
+
+    def consult(self) -> Served | None:
+        """Ask the active interceptor (if any) whether to serve this crossing; may raise Divergence."""
+        if self.interceptor is None:
+            return None
+        try:
+            served = self.interceptor.on_boundary(self.crossing)
+        except Divergence as exc:
+            self.fail(exc)
+            raise
+        if served is not None:
+            self.served = served
+            self.span.set_attribute(attr.REPLAYED, True)
+        return served
+
+    def served_value(self) -> Any:
+        """The served response (already recorded on the span), or raise the served error."""
+        served = self.served
+        assert served is not None
+        if served.is_error:
+            exc = served.rebuild_error()
+            self.fail(exc, error_type=served.error_type)
+            raise exc
+        self.finish(served.response, canonical=served.response_json)
+        return served.response
+
+    def set_llm_usage(self, input_tokens: int | None, output_tokens: int | None) -> None:
+        """Record token usage (``gen_ai.usage.*``) and count it toward the run's total."""
+        usage: dict[str, Any] = {}
+        if input_tokens is not None:
+            usage[attr.GEN_AI_USAGE_INPUT_TOKENS] = int(input_tokens)
+        if output_tokens is not None:
+            usage[attr.GEN_AI_USAGE_OUTPUT_TOKENS] = int(output_tokens)
+        self._tokens = int(input_tokens or 0) + int(output_tokens or 0)
+        self.span.set_attributes(usage)
+
+    def set_schema_violations(self, count: int) -> None:
+        self._schema_violations = count
+        self.span.set_attribute(attr.SCHEMA_VIOLATIONS, count)
+
+    def finish(
+        self,
+        response: Any,
+        *,
+        canonical: str | None = None,
+        field: str = "response",
+        attributes: dict[str, Any] | None = None,
+    ) -> EncodedPayload | None:
+        """Record the boundary's response (or a stream's events with ``field="events"``)."""
+        encoded: EncodedPayload | None = None
+        try:
+            encoded = encode_payload(self.config, self.kind, field, response, canonical=canonical)
+        except CanonicalEncodingError as exc:
+            self._encoding_failed(field, exc)
+        else:
+            self.span.set_attributes(encoded.attributes)
+            if field == "response":
+                self.response = encoded
+                if self.kind == "tool" and encoded.inline is not None:
+                    self.span.set_attribute(attr.GEN_AI_TOOL_CALL_RESULT, encoded.inline)
+        if attributes:
+            self.span.set_attributes(attributes)
+        if field == "response":
+            self._tell_result(None)
+        return encoded
+
+    def fail(self, exc: BaseException, *, error_type: str | None = None) -> None:
+        if self._failed:
+            return
+        super().fail(exc, error_type=error_type)
+        self._tell_result(exc)
+
+    def _tell_result(self, error: BaseException | None) -> None:
+        if self.interceptor is None or self._result_told:
+            return
+        self._result_told = True
+        response = self.response
+        self.interceptor.on_result(
+            self.crossing,
+            served=self.served is not None,
+            response_json=response.text if response else None,
+            response_sha256=response.sha256 if response else None,
+            error=error,
+        )
+
+    def _encoding_failed(self, field: str, exc: CanonicalEncodingError) -> None:
+        message = f"{self.crossing.boundary}: {field} cannot be encoded: {exc}"
+        _config.counters.add("payloads_unencodable")
+        _config.counters.warn_once(f"encode:{self.crossing.boundary}:{field}", "tailcut: %s", message)
+        self.span.set_attribute(attr.PAYLOAD_ERROR, message)
+
+    def _fold(self) -> None:
+        self.run.span_ended(
+            self.kind,
+            failed=self._failed,
+            attempt=self.crossing.attempt,
+            boundary=self.crossing.boundary,
+            request_sha256=self.crossing.request_sha256,
+            tokens=self._tokens,
+            schema_violations=self._schema_violations,
+        )
+
+
+def boundary_name(kind: str, name: str) -> str:
+    """The stable boundary name of DESIGN.md section 2, e.g. ``tool:search_kb``."""
+    return f"{kind}:{name}"
+
+
+def start_boundary(
+    kind: str,
+    name: str,
+    make_request: Callable[[], Any],
+    *,
+    boundary: str | None = None,
+    span_name: str | None = None,
+    span_kind: SpanKind = SpanKind.INTERNAL,
+    attributes: dict[str, Any] | None = None,
+    canonical_request: str | None = None,
+) -> BoundarySpan | None:
+    """Begin recording one boundary crossing; None when tailcut is off and no replay is active.
+
+    ``make_request`` builds the request value; it is called only when the crossing is recorded. The
+    returned span is started but not yet current: run the call inside :meth:`BoundarySpan.active`,
+    after :meth:`BoundarySpan.consult` has had the interceptor's say.
+    """
+    config = _config.current()
+    if not config.enabled and active_interceptor() is None:
+        return None
+    boundary = boundary or boundary_name(kind, name)
+    run = current_run_state()
+    occurrence, seq = run.next_crossing(boundary)
+    attempt = _ATTEMPT.get()
+    depth = _DEPTH.get() + 1
+    span_attributes: dict[str, Any] = {
+        attr.KIND: kind,
+        attr.BOUNDARY: boundary,
+        attr.OCCURRENCE: occurrence,
+        attr.SEQ: seq,
+        attr.ATTEMPT: attempt,
+        attr.RETRIES: attempt - 1,
+        attr.GEN_AI_OPERATION_NAME: attr.OPERATION_FOR_KIND[kind],
+    }
+    if attributes:
+        span_attributes.update(attributes)
+    encoded: EncodedPayload | None = None
+    encode_error: CanonicalEncodingError | None = None
+    try:
+        request = None if canonical_request is not None else make_request()
+        encoded = encode_payload(config, kind, "request", request, canonical=canonical_request)
+        span_attributes.update(encoded.attributes)
+    except CanonicalEncodingError as exc:
+        encode_error = exc
+    if kind == "tool":
+        if encoded is not None and encoded.inline is not None:
+            span_attributes[attr.GEN_AI_TOOL_CALL_ARGUMENTS] = encoded.inline
+        call_id = _TOOL_CALL_ID.get()
+        if call_id is not None:
+            span_attributes[attr.GEN_AI_TOOL_CALL_ID] = call_id
+    span = config.tracer.start_span(span_name or f"{kind} {name}", kind=span_kind, attributes=span_attributes)
+    run.span_started(depth)
+    trace_id = span.get_span_context().trace_id
+    crossing = Crossing(
+        kind=kind,
+        boundary=boundary,
+        occurrence=occurrence,
+        seq=seq,
+        attempt=attempt,
+        name=name,
+        request=encoded.text if encoded else None,
+        request_sha256=encoded.sha256 if encoded else None,
+        trace_id=format(trace_id, "032x") if trace_id else None,
+    )
+    recorder = BoundarySpan(config, kind, span, crossing, run, encoded, depth)
+    if encode_error is not None:
+        recorder._encoding_failed("request", encode_error)
+    return recorder

@@ -1,0 +1,136 @@
+"""Per-run bookkeeping: occurrence and sequence numbers, and the run's trace signals.
+
+A run's state lives in a context variable, so every boundary crossed inside ``tailcut.run(...)`` (in
+this thread, in asyncio tasks it starts, and in threads started with context) numbers itself against the
+same counters. Numbers are assigned when a crossing *starts*, in the order the agent issues calls, so
+parallel tool calls whose completion order follows latency keep stable (boundary, occurrence) keys.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import threading
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from tailcut import attributes as attr
+
+
+@dataclass(slots=True)
+class Signals:
+    """The trace signals of DESIGN.md section 2, for the spans this process recorded in one run."""
+
+    llm_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    total_tokens: int = 0
+    max_tool_repeat: int = 0
+    schema_violations: int = 0
+    depth: int = 0
+    span_count: int = 1  # the root
+
+    def as_attributes(self) -> dict[str, int]:
+        return {
+            attr.TRACE_LLM_CALLS: self.llm_calls,
+            attr.TRACE_TOOL_CALLS: self.tool_calls,
+            attr.TRACE_ERRORS: self.errors,
+            attr.TRACE_TOTAL_TOKENS: self.total_tokens,
+            attr.TRACE_MAX_TOOL_REPEAT: self.max_tool_repeat,
+            attr.TRACE_SCHEMA_VIOLATIONS: self.schema_violations,
+            attr.TRACE_DEPTH: self.depth,
+            attr.TRACE_SPAN_COUNT: self.span_count,
+        }
+
+
+class RunState:
+    """Counters shared by every crossing of one run; safe to use from several threads."""
+
+    __slots__ = ("_lock", "_occurrences", "_repeats", "_seq", "signals")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._occurrences: dict[str, int] = {}
+        self._repeats: dict[tuple[str, str | None], int] = {}
+        self._seq = 0
+        self.signals = Signals()
+
+    def next_crossing(self, boundary: str) -> tuple[int, int]:
+        """Assign ``(occurrence, seq)`` to a crossing that is starting now."""
+        with self._lock:
+            occurrence = self._occurrences.get(boundary, 0) + 1
+            self._occurrences[boundary] = occurrence
+            self._seq += 1
+            return occurrence, self._seq
+
+    def span_started(self, depth: int) -> None:
+        with self._lock:
+            self.signals.span_count += 1
+            if depth > self.signals.depth:
+                self.signals.depth = depth
+
+    def span_ended(
+        self,
+        kind: str,
+        *,
+        failed: bool,
+        attempt: int = 1,
+        boundary: str | None = None,
+        request_sha256: str | None = None,
+        tokens: int = 0,
+        schema_violations: int = 0,
+    ) -> None:
+        """Fold one ended span into the signals.
+
+        A retried call counts once as a tool call and once toward ``max_tool_repeat`` (its first
+        attempt), so identical retries are not mistaken for a loop; every failed attempt is an error.
+        """
+        with self._lock:
+            s = self.signals
+            if failed:
+                s.errors += 1
+            if kind == "llm":
+                s.llm_calls += 1
+                s.total_tokens += tokens
+                s.schema_violations += schema_violations
+            elif kind == "tool" and attempt == 1:
+                s.tool_calls += 1
+                key = (boundary or "", request_sha256)
+                count = self._repeats.get(key, 0) + 1
+                self._repeats[key] = count
+                if count > s.max_tool_repeat:
+                    s.max_tool_repeat = count
+
+
+_RUN: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("tailcut_run", default=None)
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("tailcut_depth", default=0)
+_ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("tailcut_attempt", default=1)
+_TOOL_CALL_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tailcut_tool_call_id", default=None
+)
+
+# Crossings outside any tailcut.run share numbering per trace (for agents whose root span another
+# instrumentation made). Bounded, oldest first out.
+_DETACHED_LIMIT = 1024
+_detached: collections.OrderedDict[int, RunState] = collections.OrderedDict()
+_detached_lock = threading.Lock()
+
+
+def current_run_state() -> RunState:
+    """The state of the run in progress, or a per-trace state when no ``tailcut.run`` is active."""
+    state = _RUN.get()
+    if state is not None:
+        return state
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return RunState()  # a crossing with no parent starts its own trace
+    with _detached_lock:
+        state = _detached.get(span_context.trace_id)
+        if state is None:
+            state = _detached[span_context.trace_id] = RunState()
+            if len(_detached) > _DETACHED_LIMIT:
+                _detached.popitem(last=False)
+        else:
+            _detached.move_to_end(span_context.trace_id)
+        return state

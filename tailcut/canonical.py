@@ -1,0 +1,138 @@
+"""Canonical JSON: one text, and so one hash, per logical payload.
+
+A replay matches a live request to its record by hash, so the encoding must not depend on dict order,
+whitespace or how a value was built. ``canonical_json`` writes UTF-8 JSON with object keys sorted and no
+insignificant whitespace. Values that JSON has no type for are encoded by these rules:
+
+=========================================  ==================================================================
+Python value                               JSON
+=========================================  ==================================================================
+``dict`` (any key order)                   object, keys sorted; non-string keys become their ``str()``
+``list``, ``tuple`` (namedtuples too)      array
+``set``, ``frozenset``                     array, elements in the order of their canonical text
+dataclass instance                         object of its fields
+pydantic model (``model_dump``)            ``model.model_dump(mode="json")``
+``bytes``, ``bytearray``, ``memoryview``   ``{"$bytes": "<standard base64>"}``
+``datetime``, ``date``, ``time``           ISO 8601 string, e.g. ``2026-01-02T03:04:05+00:00``
+``Decimal``                                string of the decimal (no float rounding)
+``UUID``, ``pathlib.Path``                 string
+``Enum`` member                            its ``value``, encoded by these same rules
+float NaN / ±Infinity                      ``null`` (JSON has no such numbers; the text stays valid JSON)
+integer beyond 64 bits                     exact integer
+anything else                              :class:`CanonicalEncodingError` naming the type
+=========================================  ==================================================================
+
+The text is the payload as recorded; ``sha256_hex`` of it is the payload's identity (and its address in
+the payload store).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import decimal
+import enum
+import hashlib
+import json
+import pathlib
+import uuid
+from typing import Any
+
+import orjson
+
+from tailcut.errors import CanonicalEncodingError
+
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def _encode_extra(value: Any) -> Any:
+    """orjson's ``default`` hook: turn a value orjson cannot encode into one it can."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=canonical_json)
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, uuid.UUID | pathlib.PurePath):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    raise TypeError(f"cannot encode a value of type {type(value).__module__}.{type(value).__qualname__}")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Return the canonical UTF-8 JSON encoding of ``value``.
+
+    Raises
+    ------
+    CanonicalEncodingError
+        If ``value`` holds something the rules above cannot encode.
+    """
+    try:
+        return orjson.dumps(value, default=_encode_extra, option=_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        if "64-bit" in str(exc) or "surrogates" in str(exc):
+            return _canonical_bytes_slow(value)
+        raise CanonicalEncodingError(str(exc)) from None
+    except (TypeError, ValueError) as exc:  # raised from inside a model_dump, for example
+        raise CanonicalEncodingError(str(exc)) from None
+
+
+def _canonical_bytes_slow(value: Any) -> bytes:
+    """The same encoding for the values orjson refuses (integers beyond 64 bits, lone surrogates).
+
+    Floats and strings are normalised first through orjson's own encoding so both paths agree.
+    """
+
+    def normalise(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k) if not isinstance(k, str) else k: normalise(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [normalise(x) for x in v]
+        if v is None or isinstance(v, bool | str | int):
+            return v
+        if isinstance(v, float):
+            return orjson.loads(orjson.dumps(v))  # NaN -> None, like the fast path
+        try:
+            return normalise(_encode_extra(v))
+        except TypeError as exc:
+            raise CanonicalEncodingError(str(exc)) from None
+
+    text = json.dumps(normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return text.encode("utf-8")
+
+
+def canonical_json(value: Any) -> str:
+    """Return the canonical JSON text of ``value`` (see the module docstring for the rules).
+
+    Examples
+    --------
+    >>> canonical_json({"b": 1, "a": [1.5, None, "x"]})
+    '{"a":[1.5,null,"x"],"b":1}'
+    >>> canonical_json({"a": 1, "b": 2}) == canonical_json({"b": 2, "a": 1})
+    True
+    """
+    return canonical_bytes(value).decode("utf-8")
+
+
+def sha256_hex(data: str | bytes) -> str:
+    """Hex sha256 of ``data`` (text is hashed as UTF-8): the identity of a canonical payload."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonicalize(value: Any) -> tuple[str, str]:
+    """Return ``(canonical_json(value), its sha256)`` in one pass."""
+    raw = canonical_bytes(value)
+    return raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text (the inverse of :func:`canonical_json` for JSON-native values)."""
+    return orjson.loads(text)

@@ -1,0 +1,79 @@
+"""Environment variables tailcut reads, each with its default.
+
+Configuration follows one order everywhere: an explicit argument, then the environment variable, then the
+documented default. A malformed value warns and falls back to the default; it never stops the agent.
+The standard ``OTEL_*`` variables are read as the OpenTelemetry SDK documents them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Final
+
+_logger = logging.getLogger("tailcut")
+
+#: The harness revision of the agent (default: the git commit of the working tree, if there is one).
+TAILCUT_HARNESS_REVISION: Final = "TAILCUT_HARNESS_REVISION"
+#: The revision of the environment the tools act on (default: unset).
+TAILCUT_ENV_REVISION: Final = "TAILCUT_ENV_REVISION"
+#: Directory of the content-addressed payload store (default: ``.tailcut/payloads`` in the working dir).
+TAILCUT_PAYLOAD_DIR: Final = "TAILCUT_PAYLOAD_DIR"
+#: Inline limit per payload attribute, in bytes (default: 65536).
+TAILCUT_INLINE_LIMIT: Final = "TAILCUT_INLINE_LIMIT"
+#: ``false`` switches content capture off for every kind (default: ``true``).
+TAILCUT_CAPTURE_CONTENT: Final = "TAILCUT_CAPTURE_CONTENT"
+#: Span queue capacity of tailcut's batch processor (default: 65536 spans).
+TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
+
+# Standard OpenTelemetry variables tailcut honours when arguments are absent.
+OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
+OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+OTEL_EXPORTER_OTLP_HEADERS: Final = "OTEL_EXPORTER_OTLP_HEADERS"
+OTEL_EXPORTER_OTLP_TRACES_HEADERS: Final = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+
+DEFAULT_INLINE_LIMIT: Final = 64 * 1024
+DEFAULT_MAX_QUEUE_SIZE: Final = 65536
+DEFAULT_PAYLOAD_DIR: Final = os.path.join(".tailcut", "payloads")
+
+
+def get_str(name: str) -> str | None:
+    """The variable's value, or None when unset or blank."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def get_int(name: str, default: int, *, minimum: int = 1) -> int:
+    """The variable as an integer ≥ ``minimum``; a malformed value warns and gives ``default``."""
+    raw = get_str(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        _logger.warning(
+            "tailcut: ignoring %s=%r (expected an integer >= %d); using %d", name, raw, minimum, default
+        )
+        return default
+    return value
+
+
+def get_bool(name: str, default: bool) -> bool:
+    """The variable as a boolean (true/false/1/0/yes/no/on/off); a malformed value warns."""
+    raw = get_str(name)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    _logger.warning("tailcut: ignoring %s=%r (expected true or false); using %s", name, raw, default)
+    return default
