@@ -86,19 +86,29 @@ class _BoundarySpec:
         self.span_name = f"{_SPAN_NAME_PREFIX.get(kind, kind)} {name}"
         self.attributes = attributes
         self.signature = inspect.signature(fn)
-        params = list(self.signature.parameters)
+        parameters = list(self.signature.parameters.values())
         skip = set(exclude)
-        if params and params[0] in ("self", "cls"):
-            skip.add(params[0])
+        if parameters and parameters[0].name in ("self", "cls"):
+            skip.add(parameters[0].name)
         self.skip = frozenset(skip)
+        # Fast path for the common signature (named parameters only): zip instead of Signature.bind.
+        simple = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in parameters)
+        self._names = tuple(p.name for p in parameters) if simple else None
+        self._defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
 
     def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError:  # the call itself will fail; record what was passed
-            return {"args": list(args), "kwargs": kwargs}
-        bound.apply_defaults()
-        arguments = bound.arguments
+        names = self._names
+        if names is not None and len(args) <= len(names) and not kwargs.keys() - names:
+            arguments = dict(self._defaults)
+            arguments.update(zip(names, args, strict=False))
+            arguments.update(kwargs)
+        else:
+            try:
+                bound = self.signature.bind(*args, **kwargs)
+            except TypeError:  # the call itself will fail; record what was passed
+                return {"args": list(args), "kwargs": kwargs}
+            bound.apply_defaults()
+            arguments = bound.arguments
         if self.skip:
             return {k: v for k, v in arguments.items() if k not in self.skip}
         return arguments
@@ -325,7 +335,6 @@ def _make_boundary_decorator(kind: str) -> Callable[..., Any]:
             extra: dict[str, Any] = dict(attributes or {})
             if kind == "tool":
                 extra[attr.GEN_AI_TOOL_NAME] = boundary_label
-                extra[attr.GEN_AI_TOOL_TYPE] = "function"
                 if description:
                     extra[attr.GEN_AI_TOOL_DESCRIPTION] = description
                 if schema is not None:
@@ -381,7 +390,7 @@ def agent(name: str | Callable[..., Any] | None = None, *, kind: str = "agent") 
     nested agent's boundaries hang under it in the span tree.
     """
     if callable(name):
-        return agent()(name)
+        return agent(kind=kind)(name)
 
     def decorate(fn: F) -> F:
         label = name or fn.__name__

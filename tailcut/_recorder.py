@@ -33,7 +33,7 @@ from tailcut.canonical import canonical_bytes, canonical_json, loads
 from tailcut.errors import CanonicalEncodingError, Divergence
 from tailcut.interceptor import Crossing, Served, active_interceptor, exception_type_name
 from tailcut.payloads import PayloadStoreError, make_stub
-from tailcut.redaction import redact_json_text
+from tailcut.redaction import redact_keys, redact_text
 
 _logger = logging.getLogger("tailcut")
 
@@ -73,12 +73,14 @@ def encode_payload(
         If ``value`` cannot be encoded; the caller records that on the span.
     """
     if canonical is None:
+        if config.redact_defaults:
+            value = redact_keys(value)
         raw = canonical_bytes(value)
         text = raw.decode("utf-8")
     else:
         text, raw = canonical, b""
     if config.redact_defaults:
-        redacted = redact_json_text(text)
+        redacted = redact_text(text)
         if redacted is not text:
             text, raw = redacted, b""
     if config.redact is not None:
@@ -92,12 +94,15 @@ def encode_payload(
     attributes: dict[str, Any] = {}
     if sha_key is not None:
         attributes[sha_key] = sha
-        attributes[size_key] = size
     inline: str | None = text
     if not config.captures(kind):
         inline = None
         attributes[attr.CONTENT_CAPTURED] = False
+        if size_key is not None:  # the size is otherwise the inline text's length
+            attributes[size_key] = size
     elif size > config.inline_limit:
+        if size_key is not None:
+            attributes[size_key] = size
         inline = canonical_json(make_stub(sha, size, text))
         attributes[attr.PAYLOAD_TRUNCATED] = True
         store = config.payload_store
@@ -201,6 +206,7 @@ class BoundarySpan(RecordedSpan):
     """One crossing in progress: its span, its numbering and what the interceptor decided."""
 
     __slots__ = (
+        "_refs",
         "_result_told",
         "_schema_violations",
         "_tokens",
@@ -230,6 +236,7 @@ class BoundarySpan(RecordedSpan):
         self.interceptor = active_interceptor()
         self.served: Served | None = None
         self._result_told = False
+        self._refs: list[str] = list(request.attributes.get(attr.PAYLOAD_REF, ())) if request else []
         self._tokens = 0
         self._schema_violations = 0
 
@@ -287,7 +294,12 @@ class BoundarySpan(RecordedSpan):
         except CanonicalEncodingError as exc:
             self._encoding_failed(field, exc)
         else:
-            self.span.set_attributes(encoded.attributes)
+            attributes_out = encoded.attributes
+            refs = attributes_out.get(attr.PAYLOAD_REF)
+            if refs:  # the span lists the reference of every payload it offloaded
+                self._refs.extend(refs)
+                attributes_out = {**attributes_out, attr.PAYLOAD_REF: list(self._refs)}
+            self.span.set_attributes(attributes_out)
             if field == "response":
                 self.response = encoded
                 if self.kind == "tool" and encoded.inline is not None:
@@ -371,9 +383,10 @@ def start_boundary(
         attr.OCCURRENCE: occurrence,
         attr.SEQ: seq,
         attr.ATTEMPT: attempt,
-        attr.RETRIES: attempt - 1,
         attr.GEN_AI_OPERATION_NAME: attr.OPERATION_FOR_KIND[kind],
     }
+    if attempt > 1:  # absent means no retry so far
+        span_attributes[attr.RETRIES] = attempt - 1
     if attributes:
         span_attributes.update(attributes)
     encoded: EncodedPayload | None = None

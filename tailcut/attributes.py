@@ -46,11 +46,13 @@ OCCURRENCE: Final = "tailcut.occurrence"
 SEQ: Final = "tailcut.seq"
 REQUEST: Final = "tailcut.request"
 REQUEST_SHA256: Final = "tailcut.request.sha256"
+#: Payload sizes in bytes, written when the text is not inline (capture off, or offloaded).
 REQUEST_BYTES: Final = "tailcut.request.bytes"
 RESPONSE: Final = "tailcut.response"
 RESPONSE_SHA256: Final = "tailcut.response.sha256"
 RESPONSE_BYTES: Final = "tailcut.response.bytes"
 ATTEMPT: Final = "tailcut.attempt"
+#: Retries the harness made before this attempt; absent on a first attempt (means 0).
 RETRIES: Final = "tailcut.retries"
 #: True when a payload exceeded the inline limit; the inline value is then a JSON stub (see payloads).
 PAYLOAD_TRUNCATED: Final = "tailcut.payload.truncated"

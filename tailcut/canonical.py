@@ -42,7 +42,13 @@ import orjson
 
 from tailcut.errors import CanonicalEncodingError
 
-_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+# Dataclasses pass through to `_encode_extra` because orjson does not sort their fields.
+_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_NON_STR_KEYS
+    | orjson.OPT_SERIALIZE_NUMPY
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
 
 
 def _encode_extra(value: Any) -> Any:
@@ -84,26 +90,39 @@ def canonical_bytes(value: Any) -> bytes:
 
 
 def _canonical_bytes_slow(value: Any) -> bytes:
-    """The same encoding for the values orjson refuses (integers beyond 64 bits, lone surrogates).
+    """The same encoding for values orjson refuses: integers beyond 64 bits and lone surrogates.
 
-    Floats and strings are normalised first through orjson's own encoding so both paths agree.
+    Each such value is swapped for a marker string, the rest is encoded by orjson (so floats and
+    strings are written exactly as on the fast path), and the markers are replaced by the value's JSON.
     """
+    rendered: list[str] = []
 
-    def normalise(v: Any) -> Any:
+    def marker(json_text: str) -> str:
+        rendered.append(json_text)
+        return f"\x00tailcut-raw:{len(rendered) - 1}\x00"
+
+    def prepare(v: Any) -> Any:
         if isinstance(v, dict):
-            return {str(k) if not isinstance(k, str) else k: normalise(x) for k, x in v.items()}
+            return {prepare(k) if isinstance(k, str) else k: prepare(x) for k, x in v.items()}
         if isinstance(v, list | tuple):
-            return [normalise(x) for x in v]
-        if v is None or isinstance(v, bool | str | int):
+            return [prepare(x) for x in v]
+        if isinstance(v, bool) or not isinstance(v, int | str):
             return v
-        if isinstance(v, float):
-            return orjson.loads(orjson.dumps(v))  # NaN -> None, like the fast path
+        if isinstance(v, int):
+            return marker(str(v)) if not -(2**63) <= v < 2**64 else v
         try:
-            return normalise(_encode_extra(v))
-        except TypeError as exc:
-            raise CanonicalEncodingError(str(exc)) from None
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return marker(json.dumps(v, ensure_ascii=True))
+        return v
 
-    text = json.dumps(normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    try:
+        raw = orjson.dumps(prepare(value), default=_encode_extra, option=_OPTIONS)
+    except (orjson.JSONEncodeError, TypeError, ValueError) as exc:
+        raise CanonicalEncodingError(str(exc)) from None
+    text = raw.decode("utf-8")
+    for index, json_text in enumerate(rendered):
+        text = text.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)
     return text.encode("utf-8")
 
 
@@ -134,5 +153,8 @@ def canonicalize(value: Any) -> tuple[str, str]:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text (the inverse of :func:`canonical_json` for JSON-native values)."""
-    return orjson.loads(text)
+    """Parse JSON text (the inverse of :func:`canonical_json` for JSON-native values).
+
+    The standard library parser is used because it keeps integers beyond 64 bits exact.
+    """
+    return json.loads(text)

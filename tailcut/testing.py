@@ -27,7 +27,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tailcut import _config
-from tailcut.payloads import PayloadStore
 
 
 class CapturedSpans(list[ReadableSpan]):
@@ -48,17 +47,14 @@ def capture_spans(**config: Any) -> Iterator[CapturedSpans]:
     """Record every tailcut span made inside the block into a list (filled as spans end).
 
     Keyword arguments override :class:`tailcut._config.Config` fields for the block, e.g.
-    ``capture_spans(inline_limit=1024, payload_store=PayloadStore(tmp_path))``.
+    ``capture_spans(inline_limit=1024, payload_store=PayloadStore(tmp_path))``. Without a payload
+    store, a payload over the inline limit is recorded as lost (``tailcut.payload.error``).
     """
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "tailcut-test"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     spans = CapturedSpans()
-    settings: dict[str, Any] = {"payload_store": PayloadStore(".tailcut/test-payloads")}
-    settings.update(config)
-    previous = _config.install(
-        _config.Config(enabled=True, tracer=provider.get_tracer("tailcut"), **settings)
-    )
+    previous = _config.install(_config.Config(enabled=True, tracer=provider.get_tracer("tailcut"), **config))
     try:
         yield spans
     finally:
