@@ -338,7 +338,9 @@ def _make_boundary_decorator(kind: str) -> Callable[..., Any]:
                 if description:
                     extra[attr.GEN_AI_TOOL_DESCRIPTION] = description
                 if schema is not None:
-                    extra[attr.TOOL_SCHEMA_SHA256] = sha256_hex(canonical_json(schema))
+                    schema_json = canonical_json(schema)
+                    extra[attr.TOOL_SCHEMA] = schema_json
+                    extra[attr.TOOL_SCHEMA_SHA256] = sha256_hex(schema_json)
             elif kind == "retriever":
                 extra[attr.GEN_AI_DATA_SOURCE_ID] = boundary_label
             spec = _BoundarySpec(fn, kind, boundary_label, exclude=exclude, decode=decode, attributes=extra)

@@ -79,6 +79,8 @@ SCHEMA_VIOLATIONS: Final = "tailcut.schema_violations"
 
 # --- tool spans ----------------------------------------------------------------------------------------
 TOOL_SCHEMA_SHA256: Final = "tailcut.tool.schema.sha256"
+#: The JSON Schema the tool itself enforces (canonical JSON), when the decorator was given one.
+TOOL_SCHEMA: Final = "tailcut.tool.schema"
 
 # --- the root span (the run) ----------------------------------------------------------------------------
 HARNESS_REVISION: Final = "tailcut.harness.revision"
