@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from tailcut.demo._model_request import ReceivedRequest
 from tailcut.demo._model_script import APIS, Api, ScriptedReply, check_api
-
 from tailcut.errors import ConfigError
 
 Responder = Callable[[ReceivedRequest], ScriptedReply]

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tailcut.canonical import canonical_json
 from tailcut.demo._model_request import ReceivedRequest
 from tailcut.demo._model_script import TokenUsage, ToolCall
-
-from tailcut.canonical import canonical_json
 
 _CHARS_PER_TOKEN = 4
 

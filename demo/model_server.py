@@ -57,7 +57,6 @@ from tailcut.demo._model_script import (
 )
 from tailcut.demo._model_scripting import ReplyScript, Responder, echo_responder
 from tailcut.demo._model_tokens import default_usage
-
 from tailcut.errors import TailcutError
 
 __all__ = [

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
 from tailcut.analysis import stats
 from tailcut.analysis.stats import (
     Estimate,
@@ -36,7 +37,6 @@ from tailcut.analysis.stats import (
     weighted_proportion,
     wilson_interval,
 )
-
 from tailcut.errors import TailcutError
 
 # ----------------------------------------------------------------------------- published worked examples

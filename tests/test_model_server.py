@@ -18,6 +18,8 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tailcut.canonical import canonical_json
 from tailcut.demo._model_render import argument_pieces, text_pieces
 from tailcut.demo.model_server import (
     ModelServer,
@@ -30,8 +32,6 @@ from tailcut.demo.model_server import (
     ToolResult,
     echo_responder,
 )
-
-from tailcut.canonical import canonical_json
 from tailcut.errors import ConfigError
 
 NOW = 1_700_000_000.0
