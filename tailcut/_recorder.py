@@ -286,8 +286,13 @@ class BoundarySpan(RecordedSpan):
         canonical: str | None = None,
         field: str = "response",
         attributes: dict[str, Any] | None = None,
+        tell_result: bool = True,
     ) -> EncodedPayload | None:
-        """Record the boundary's response (or a stream's events with ``field="events"``)."""
+        """Record the boundary's response (or a stream's events with ``field="events"``).
+
+        ``tell_result=False`` records a response that comes with a failure (an HTTP error's status and
+        body): the interceptor then hears of both from the :meth:`fail` that follows.
+        """
         encoded: EncodedPayload | None = None
         try:
             encoded = encode_payload(self.config, self.kind, field, response, canonical=canonical)
@@ -306,7 +311,7 @@ class BoundarySpan(RecordedSpan):
                     self.span.set_attribute(attr.GEN_AI_TOOL_CALL_RESULT, encoded.inline)
         if attributes:
             self.span.set_attributes(attributes)
-        if field == "response":
+        if field == "response" and tell_result:
             self._tell_result(None)
         return encoded
 
@@ -387,6 +392,8 @@ def start_boundary(
     }
     if attempt > 1:  # absent means no retry so far
         span_attributes[attr.RETRIES] = attempt - 1
+    if kind == "llm" and run.prompt_version is not None:
+        span_attributes[attr.PROMPT_VERSION] = run.prompt_version
     if attributes:
         span_attributes.update(attributes)
     encoded: EncodedPayload | None = None

@@ -88,7 +88,7 @@ class Run:
         self._attributes = dict(attributes or {})
         self.outcome: str | None = None
         self.outcome_score: float | None = None
-        self.state = RunState()
+        self.state = RunState(None if prompt_version is None else _json_attribute(prompt_version))
         self._span: trace.Span | None = None
         self._nested: RecordedSpan | None = None
         self._nested_active: contextlib.AbstractContextManager[Any] | None = None

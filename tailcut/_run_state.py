@@ -47,9 +47,11 @@ class Signals:
 class RunState:
     """Counters shared by every crossing of one run; safe to use from several threads."""
 
-    __slots__ = ("_lock", "_occurrences", "_repeats", "_seq", "signals")
+    __slots__ = ("_lock", "_occurrences", "_repeats", "_seq", "prompt_version", "signals")
 
-    def __init__(self) -> None:
+    def __init__(self, prompt_version: str | None = None) -> None:
+        #: The run's prompt version(s), copied onto every llm span (``tailcut.prompt.version``).
+        self.prompt_version = prompt_version
         self._lock = threading.Lock()
         self._occurrences: dict[str, int] = {}
         self._repeats: dict[tuple[str, str | None], int] = {}

@@ -125,30 +125,14 @@ def init(
             _processor = RecordingSpanProcessor(exporter, max_queue_size=queue)
             provider.add_span_processor(_processor)
         _provider = provider
-
-        capture_default = environment.get_bool(environment.TAILCUT_CAPTURE_CONTENT, True)
-        limit = inline_limit or environment.get_int(
-            environment.TAILCUT_INLINE_LIMIT, environment.DEFAULT_INLINE_LIMIT
-        )
-        otel_limit = environment.get_str(
-            environment.OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT
-        ) or environment.get_str(environment.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
-        if otel_limit and otel_limit.isdigit() and int(otel_limit) < limit:
-            # The SDK would cut longer attributes (into invalid JSON); offload before it can.
-            limit = int(otel_limit)
         _config.install(
-            _config.Config(
-                enabled=True,
-                tracer=provider.get_tracer("tailcut", __version__),
+            _recording_config(
+                provider.get_tracer("tailcut", __version__),
                 redact=redact,
                 redact_defaults=redact_defaults,
-                capture_content=_config.normalize_capture_content(capture_content, capture_default),
-                inline_limit=limit,
-                payload_store=PayloadStore(
-                    payload_dir
-                    or environment.get_str(environment.TAILCUT_PAYLOAD_DIR)
-                    or environment.DEFAULT_PAYLOAD_DIR
-                ),
+                capture_content=capture_content,
+                inline_limit=inline_limit,
+                payload_dir=payload_dir,
                 harness_revision=harness_revision,
                 env_revision=env_revision,
             )
@@ -161,6 +145,73 @@ def init(
 
         instrument_all()
     return provider
+
+
+def enable(tracer_provider: trace.TracerProvider | None = None) -> bool:
+    """Start recording through an OpenTelemetry pipeline someone else set up, adding no exporter.
+
+    This is what ``opentelemetry-instrument python agent.py`` needs: the OpenTelemetry distro owns the
+    tracer provider and its exporters, and tailcut's instrumentors only turn recording on. Options come
+    from the environment, as for :func:`init`. Does nothing when :func:`init` already ran or recording
+    is already on (e.g. inside :func:`tailcut.testing.capture_spans`).
+
+    Parameters
+    ----------
+    tracer_provider
+        The provider to record through; default the global one (a proxy until the application sets
+        one, so the order of set-up does not matter).
+
+    Returns
+    -------
+    bool
+        True when this call turned recording on.
+    """
+    with _init_lock:
+        if _provider is not None or _config.current().enabled:
+            return False
+        _config.install(
+            _recording_config(trace.get_tracer("tailcut", __version__, tracer_provider=tracer_provider))
+        )
+        return True
+
+
+def _recording_config(
+    tracer: trace.Tracer,
+    *,
+    redact: Callable[..., Any] | None = None,
+    redact_defaults: bool = True,
+    capture_content: bool | Mapping[str, bool] | None = None,
+    inline_limit: int | None = None,
+    payload_dir: str | None = None,
+    harness_revision: str | None = None,
+    env_revision: str | None = None,
+) -> _config.Config:
+    """The recording configuration: each option, else its environment variable, else its default."""
+    capture_default = environment.get_bool(environment.TAILCUT_CAPTURE_CONTENT, True)
+    limit = inline_limit or environment.get_int(
+        environment.TAILCUT_INLINE_LIMIT, environment.DEFAULT_INLINE_LIMIT
+    )
+    otel_limit = environment.get_str(
+        environment.OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT
+    ) or environment.get_str(environment.OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT)
+    if otel_limit and otel_limit.isdigit() and int(otel_limit) < limit:
+        # The SDK would cut longer attributes (into invalid JSON); offload before it can.
+        limit = int(otel_limit)
+    return _config.Config(
+        enabled=True,
+        tracer=tracer,
+        redact=redact,
+        redact_defaults=redact_defaults,
+        capture_content=_config.normalize_capture_content(capture_content, capture_default),
+        inline_limit=limit,
+        payload_store=PayloadStore(
+            payload_dir
+            or environment.get_str(environment.TAILCUT_PAYLOAD_DIR)
+            or environment.DEFAULT_PAYLOAD_DIR
+        ),
+        harness_revision=harness_revision,
+        env_revision=env_revision,
+    )
 
 
 def _resolve_provider(

@@ -377,3 +377,16 @@ def test_tool_call_id_is_attached():
         search_kb("q")
     (span,) = _boundaries(spans, "tool")
     assert span.attributes[attr.GEN_AI_TOOL_CALL_ID] == "call_123"
+
+
+def test_llm_spans_carry_the_runs_prompt_version():
+    @tailcut.llm(name="custom-client")
+    def complete(prompt: str) -> dict:
+        return {"text": prompt.upper()}
+
+    with capture_spans() as spans, tailcut.run("p", prompt_version={"system": "v3", "tools": "v2"}):
+        complete("hi")
+        search_kb("q")
+    (llm_span,) = _boundaries(spans, "llm")
+    assert llm_span.attributes[attr.PROMPT_VERSION] == '{"system":"v3","tools":"v2"}'
+    assert attr.PROMPT_VERSION not in _boundaries(spans, "tool")[0].attributes

@@ -1,0 +1,76 @@
+"""Shared by the openai and anthropic instrumentation tests: span readers and a record-serving interceptor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from tailcut import attributes as attr
+from tailcut.interceptor import Crossing, Served
+
+
+def request_of(span: ReadableSpan) -> Any:
+    return json.loads(span.attributes[attr.REQUEST])
+
+
+def response_of(span: ReadableSpan) -> Any:
+    return json.loads(span.attributes[attr.RESPONSE])
+
+
+def events_of(span: ReadableSpan) -> list[Any]:
+    return json.loads(span.attributes[attr.STREAM_EVENTS])
+
+
+def served_from(span: ReadableSpan) -> Served:
+    """What a replay session serves for a recorded llm span: its response (or error) and stream events."""
+    attributes = span.attributes
+    response_json = attributes.get(attr.RESPONSE)
+    events = json.loads(attributes[attr.STREAM_EVENTS]) if attr.STREAM_EVENTS in attributes else None
+    return Served(
+        response=json.loads(response_json) if response_json is not None else None,
+        response_json=response_json,
+        error_type=attributes.get(attr.ERROR_TYPE),
+        error_message=attributes.get(attr.ERROR_MESSAGE),
+        stream_events=events,
+    )
+
+
+class ServeRecorded:
+    """A minimal replay interceptor: serves each recorded (boundary, occurrence) it holds, logs the rest."""
+
+    def __init__(self, recorded: list[ReadableSpan] | dict[tuple[str, int], Served]) -> None:
+        if isinstance(recorded, dict):
+            self.table = recorded
+        else:
+            self.table = {
+                (s.attributes[attr.BOUNDARY], s.attributes[attr.OCCURRENCE]): served_from(s) for s in recorded
+            }
+        self.crossings: list[Crossing] = []
+        self.results: list[tuple[str, bool, str | None, str | None]] = []
+
+    def on_boundary(self, crossing: Crossing) -> Served | None:
+        self.crossings.append(crossing)
+        return self.table.get((crossing.boundary, crossing.occurrence))
+
+    def on_result(self, crossing, *, served, response_json, response_sha256, error) -> None:
+        self.results.append(
+            (crossing.boundary, served, response_sha256, type(error).__name__ if error is not None else None)
+        )
+
+
+def run_python(code: str, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (optionally under a launcher such as opentelemetry-instrument)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TAILCUT_"))}
+    return subprocess.run(
+        [*launcher, sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
