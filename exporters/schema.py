@@ -128,7 +128,7 @@ TRACES: Final = pa.schema(
         _f("policies", pa.list_(pa.string()), False),  # every policy that matched, kept or not
         _f("baseline", pa.bool_(), False),  # member of the uniform (probabilistic) slice
         _f("inclusion_probability", pa.float64(), False),  # pi: P(the design kept this trace)
-        _f("decision_reason", pa.string(), False),  # root_end, idle, evicted, max_spans, shutdown, embedded
+        _f("decision_reason", pa.string(), False),  # one of DECISION_REASONS
         _f("decided_at", TIMESTAMP, False),
         # additions beyond DESIGN.md section 4
         _f("env_revision", pa.string()),
@@ -140,7 +140,9 @@ TRACES: Final = pa.schema(
     metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
-DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded")
+#: Why a trace was decided when it was: the collector's reasons, ``embedded`` for the in-process
+#: ParquetSpanExporter, and ``ingested`` for files written by ``tailcut ingest`` (both keep every trace).
+DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded", "ingested")
 
 CORPUS_RUNS: Final = pa.schema(
     [

@@ -33,6 +33,9 @@ class PayloadStoreError(TailcutError):
 class PayloadMissing(PayloadStoreError, KeyError):
     """The payload store has no payload under that reference."""
 
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
 
 class PayloadCorrupt(PayloadStoreError):
     """A stored payload's bytes no longer match its hash."""

@@ -1,0 +1,261 @@
+"""Storage throughput: OTLP protobuf spans to Parquet on disk, against pyarrow writing the same rows.
+
+Measures rows per second from decoded spans (``ResourceSpans`` protobuf objects, already parsed, as the
+collector holds them) through normalisation, tree columns and the data-dir writer (zstd, row groups of
+100k, atomic files) to Parquet on disk; and, in the same run, ``pyarrow.parquet.write_table`` writing the
+very same rows from ready-made Arrow arrays with the same settings: the floor of what the file format costs.
+Goal: at least 0.3x the floor's speed. Rounds alternate between the two and the best of each counts, so a
+busy machine slows both alike.
+
+The spans are realistic tailcut spans: runs of 20 spans (a root, then alternating ``llm`` and ``tool``
+crossings), about 12 attributes each, 10% of crossings carrying 2-4 KB payloads.
+
+Usage::
+
+    python benchmarks/bench_storage.py            # 200k spans
+    python benchmarks/bench_storage.py --spans 20000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tailcut.exporters import DataDirWriter, normalize_otlp
+
+WORDS = [
+    "refund",
+    "policy",
+    "order",
+    "shipping",
+    "account",
+    "invoice",
+    "customer",
+    "agent",
+    "search",
+    "result",
+    "weather",
+    "paris",
+    "tool",
+    "call",
+    "error",
+    "retry",
+    "model",
+    "answer",
+    "question",
+    "ticket",
+    "priority",
+    "status",
+    "open",
+    "closed",
+    "billing",
+    "the",
+    "a",
+    "of",
+]
+SPANS_PER_TRACE = 20
+#: Spans per ResourceSpans message (whole traces), as one export request might carry them.
+MESSAGE_SPANS = 5000
+#: ResourceSpans messages per normalise-and-write call (10k spans).
+BATCH_MESSAGES = 2
+
+
+def _varint(value: int) -> bytes:
+    value &= 2**64 - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _attribute(key: str, value: str | int | float) -> bytes:
+    """One encoded ``Span.attributes`` entry (field 9)."""
+    if isinstance(value, str):
+        any_value = _field(1, value.encode())
+    elif isinstance(value, int):
+        any_value = b"\x18" + _varint(value)
+    else:
+        any_value = b"\x21" + struct.pack("<d", value)
+    return _field(9, _field(1, key.encode()) + _field(2, any_value))
+
+
+def _text(rnd: random.Random, size: int) -> str:
+    words: list[str] = []
+    length = 0
+    while length < size:
+        words.append(rnd.choice(WORDS))
+        length += len(words[-1]) + 1
+    return " ".join(words)
+
+
+def _span(
+    trace_id: bytes, span_id: bytes, parent: bytes, name: str, kind: int, start: int, end: int
+) -> bytes:
+    head = (
+        _field(1, trace_id)
+        + _field(2, span_id)
+        + (_field(4, parent) if parent else b"")
+        + _field(5, name.encode())
+    )
+    return (
+        head + b"\x30" + _varint(kind) + b"\x39" + struct.pack("<Q", start) + b"\x41" + struct.pack("<Q", end)
+    )
+
+
+def make_request(spans: int, seed: int) -> bytes:
+    """An encoded ``ExportTraceServiceRequest`` of ``spans`` tailcut spans in whole traces."""
+    rnd = random.Random(seed)
+    encoded = []
+    t0 = 1_767_225_600_000_000_000
+    for first in range(0, spans, SPANS_PER_TRACE):
+        trace_id, root = rnd.randbytes(16), rnd.randbytes(8)
+        start = t0 + rnd.randrange(10**12)
+        count = min(SPANS_PER_TRACE, spans - first)
+        root_attributes = {
+            "tailcut.kind": "root",
+            "gen_ai.operation.name": "invoke_workflow",
+            "gen_ai.agent.name": "support-agent",
+            "tailcut.harness.revision": "3f9c2a1",
+            "tailcut.outcome": rnd.choice(["pass", "fail"]),
+            "tailcut.run.input": f'{{"ticket":{rnd.randrange(10**6)}}}',
+            "tailcut.trace.llm_calls": count // 2,
+            "tailcut.trace.tool_calls": count // 2,
+            "tailcut.trace.errors": 0,
+            "tailcut.trace.total_tokens": rnd.randrange(10**5),
+            "tailcut.trace.max_tool_repeat": 1,
+            "tailcut.trace.depth": 1,
+        }
+        body = b"".join(_attribute(k, v) for k, v in root_attributes.items())
+        encoded.append(
+            _span(trace_id, root, b"", "support-agent", 1, start, start + count * 20_000_000) + body
+        )
+        for i in range(1, count):
+            begin = start + i * 20_000_000
+            big = rnd.random() < 0.10
+            request = (
+                f'{{"query":"{_text(rnd, rnd.randrange(2000, 4000) if big else rnd.randrange(20, 200))}"}}'
+            )
+            response = (
+                f'{{"result":"{_text(rnd, rnd.randrange(2000, 4000) if big else rnd.randrange(20, 200))}"}}'
+            )
+            common = {
+                "tailcut.occurrence": i // 2 + 1,
+                "tailcut.seq": i,
+                "tailcut.attempt": 1,
+                "tailcut.request": request,
+                "tailcut.request.sha256": hashlib.sha256(request.encode()).hexdigest(),
+                "tailcut.response": response,
+                "tailcut.response.sha256": hashlib.sha256(response.encode()).hexdigest(),
+            }
+            if i % 2:
+                name, kind = "execute_tool search_kb", 1
+                attributes = {
+                    "tailcut.kind": "tool",
+                    "tailcut.boundary": "tool:search_kb",
+                    **common,
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "search_kb",
+                    "tailcut.retries": 0,
+                }
+            else:
+                name, kind = "chat gpt-4o", 3
+                attributes = {
+                    "tailcut.kind": "llm",
+                    "tailcut.boundary": "llm:openai.chat",
+                    **common,
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": "openai",
+                    "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.usage.input_tokens": rnd.randrange(100, 3000),
+                    "gen_ai.usage.output_tokens": rnd.randrange(10, 500),
+                    "gen_ai.request.temperature": 0.2,
+                }
+            body = b"".join(_attribute(k, v) for k, v in attributes.items())
+            encoded.append(
+                _span(trace_id, rnd.randbytes(8), root, name, kind, begin, begin + 15_000_000) + body
+            )
+    service = _field(1, b"service.name") + _field(2, _field(1, b"support-agent"))  # KeyValue
+    resource = _field(1, _field(1, service))  # ResourceSpans.resource = Resource{attributes}
+    request = b""
+    for first in range(0, len(encoded), MESSAGE_SPANS):
+        spans_field = b"".join(_field(2, s) for s in encoded[first : first + MESSAGE_SPANS])
+        scope_spans = _field(1, _field(1, b"tailcut")) + spans_field  # ScopeSpans{scope, spans}
+        request += _field(1, resource + _field(2, scope_spans))  # ExportTraceServiceRequest.resource_spans
+    return request
+
+
+def run_ours(
+    request: ExportTraceServiceRequest, batch_messages: int, data: Path
+) -> tuple[float, list[pa.Table]]:
+    messages = list(request.resource_spans)
+    tables = []
+    started = time.perf_counter()
+    with DataDirWriter(data) as writer:
+        for first in range(0, len(messages), batch_messages):
+            table = normalize_otlp(messages[first : first + batch_messages])
+            writer.write_spans(table)
+            tables.append(table)
+    return time.perf_counter() - started, tables
+
+
+def run_floor(table: pa.Table, path: Path) -> float:
+    started = time.perf_counter()
+    pq.write_table(table, path, compression="zstd", row_group_size=100_000)
+    return time.perf_counter() - started
+
+
+def _rounded(seconds: list[float]) -> list[float]:
+    return [round(s, 3) for s in seconds]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--spans", type=int, default=200_000, help="spans to write (default 200000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (best counts)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    if args.spans < SPANS_PER_TRACE:
+        parser.error(f"--spans must be at least {SPANS_PER_TRACE}")
+
+    print(f"generating {args.spans} spans ...", flush=True)
+    request = ExportTraceServiceRequest.FromString(make_request(args.spans, args.seed))
+    ours, floor = [], []
+    table = None
+    for _ in range(args.rounds):
+        scratch = Path(tempfile.mkdtemp(prefix="bench-storage-"))
+        try:
+            seconds, tables = run_ours(request, BATCH_MESSAGES, scratch / "data")
+            ours.append(seconds)
+            if table is None:
+                table = pa.concat_tables(tables).combine_chunks()
+            floor.append(run_floor(table, scratch / "floor.parquet"))
+        finally:
+            shutil.rmtree(scratch)
+    assert table is not None and table.num_rows == args.spans
+    best_ours, best_floor = min(ours), min(floor)
+    print(f"ours  : {args.spans / best_ours:>10,.0f} rows/s  ({best_ours:.3f} s; rounds {_rounded(ours)})")
+    print(f"floor : {args.spans / best_floor:>10,.0f} rows/s  ({best_floor:.3f} s; rounds {_rounded(floor)})")
+    ratio = best_floor / best_ours
+    print(f"ratio : {ratio:.2f}x the floor's speed (goal >= 0.30x): {'met' if ratio >= 0.3 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

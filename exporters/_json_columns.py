@@ -1,0 +1,59 @@
+"""Keep JSON columns readable: one invalid value makes DuckDB reject the whole file.
+
+Payload columns use Arrow's JSON extension type, which DuckDB reads as ``JSON`` and validates on read.
+Payloads are stored verbatim (their sha256 is over that exact text), so a span that carried something
+other than JSON in ``tailcut.request`` would poison its file. Before a file is written, each JSON column is
+checked with DuckDB's own parser (``json_valid``, vectorised, and agreeing exactly with what its Parquet
+reader accepts) and any value it rejects is replaced by a JSON string of its text: kept, never dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tailcut.canonical import canonical_json
+
+_connection: Any = None
+_lock = threading.Lock()
+
+
+def _cursor() -> Any:
+    """A DuckDB cursor: one connection per process, a cursor per call (safe across threads)."""
+    global _connection
+    with _lock:
+        if _connection is None:
+            import duckdb
+
+            _connection = duckdb.connect()
+        return _connection.cursor()
+
+
+def _invalid(values: pa.ChunkedArray) -> np.ndarray:
+    cursor = _cursor()
+    try:
+        cursor.register("payloads", pa.table({"v": values}))
+        ok = cursor.execute("SELECT coalesce(json_valid(v), true) AS ok FROM payloads").fetchnumpy()["ok"]
+    finally:
+        cursor.close()
+    return np.flatnonzero(~np.asarray(ok, dtype=bool))
+
+
+def readable_json(table: pa.Table) -> pa.Table:
+    """``table`` with every value of its JSON columns that is not JSON replaced by a JSON string of it."""
+    for position, field in enumerate(table.schema):
+        if not isinstance(field.type, pa.JsonType) or table.column(position).null_count == table.num_rows:
+            continue
+        storage = pa.chunked_array([chunk.storage for chunk in table.column(position).chunks], pa.string())
+        bad = _invalid(storage)
+        if not len(bad):
+            continue
+        values = storage.to_pylist()
+        for i in bad.tolist():
+            values[i] = canonical_json(values[i])
+        fixed = pa.ExtensionArray.from_storage(field.type, pa.array(values, pa.string()))
+        table = table.set_column(position, field, fixed)
+    return table

@@ -1,0 +1,507 @@
+"""Trace signals from all the spans of a trace, and the ``traces`` row built from them.
+
+The SDK computes the same signals in-process for its own spans (``tailcut._run_state``); these are the
+collector's and the writers' version, over every span of the trace whatever produced it, with the same
+semantics:
+
+* ``llm_calls``, ``total_tokens`` (input + output) and ``schema_violations`` come from ``llm`` spans; an
+  ``llm`` span directly inside another ``llm`` span is the same call seen twice and is skipped
+  (``_conventions.is_nested_call``), for errors too;
+* ``tool_calls`` counts first attempts only (a retried call counts once), and ``max_tool_repeat`` is the
+  largest number of first-attempt calls with the same (boundary, request sha256);
+* ``errors`` counts every span whose status is ERROR, every failed attempt included;
+* ``depth`` is the deepest span (a root is 0); ``span_count`` and ``orphan_count`` count every span.
+
+One difference is inherent: the SDK sees only its own process's spans, this sees them all (third-party
+spans, other processes), so ``span_count`` and ``depth`` can be larger here.
+
+:class:`SpanFacts` is the little that is needed per span; :func:`facts_from_otlp` reads it from a protobuf
+span touching only the attributes it needs, :func:`facts_from_row` from a ``spans`` row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tailcut import attributes as attr
+from tailcut.exporters import _names as n
+from tailcut.exporters._conventions import (
+    COLUMN_SOURCES,
+    KIND_KEYS,
+    first_source,
+    is_nested_call,
+    operation_for,
+    resolve_kind,
+    synthetic_boundary,
+)
+from tailcut.exporters._messages import tool_request_sha256
+from tailcut.exporters._wire import any_value
+from tailcut.exporters.schema import DECISION_REASONS
+
+_STATUS_ERROR: Final = 2  # OTLP Status.code
+_ROOT_KEYS: Final = (
+    attr.OUTCOME,
+    attr.OUTCOME_SCORE,
+    attr.HARNESS_REVISION,
+    attr.ENV_REVISION,
+    attr.PROMPT_VERSION,
+)
+_TOOL_REQUEST_KEYS: Final = (
+    attr.GEN_AI_TOOL_CALL_ARGUMENTS,
+    n.OI_TOOL_CALL_ARGUMENTS,
+    n.OI_INPUT_VALUE,
+    n.OI_INPUT_MIME_TYPE,
+    n.TRACELOOP_ENTITY_INPUT,
+)
+#: Every attribute :func:`facts_from_otlp` decodes; all others are skipped without decoding their value.
+FACT_KEYS: Final = frozenset(
+    KIND_KEYS
+    | {
+        s.key
+        for column in (
+            "input_tokens",
+            "output_tokens",
+            "tool_name",
+            "provider",
+            "operation",
+            "agent_name",
+            "boundary",
+            "attempt",
+            "request_sha256",
+        )
+        for s in COLUMN_SOURCES[column]
+    }
+    | {attr.SCHEMA_VIOLATIONS, n.LLM_REQUEST_TYPE, *_ROOT_KEYS, *_TOOL_REQUEST_KEYS}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanFacts:
+    """What the trace signals and the ``traces`` row need of one span."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    #: The resolved kind (before the nested-call rule, which needs the parent and is applied per trace).
+    kind: str
+    failed: bool
+    start_ns: int
+    end_ns: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    boundary: str | None = None
+    request_sha256: str | None = None
+    attempt: int = 1
+    schema_violations: int = 0
+    service_name: str | None = None
+    agent_name: str | None = None
+    # the run, as the root span records it (None on other spans)
+    outcome: str | None = None
+    outcome_score: float | None = None
+    harness_revision: str | None = None
+    env_revision: str | None = None
+    prompt_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSignals:
+    """The trace signals of DESIGN.md section 2 for one whole trace, plus what the ``traces`` row needs."""
+
+    trace_id: str
+    span_count: int
+    llm_calls: int
+    tool_calls: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    max_tool_repeat: int
+    schema_violations: int
+    depth: int
+    orphan_count: int
+    has_root: bool
+    start_ns: int | None
+    end_ns: int | None
+    service_name: str | None = None
+    root_name: str | None = None
+    agent_name: str | None = None
+    outcome: str | None = None
+    outcome_score: float | None = None
+    harness_revision: str | None = None
+    env_revision: str | None = None
+    prompt_version: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.start_ns is None or self.end_ns is None:
+            return None
+        return (self.end_ns - self.start_ns) / 1e6
+
+    def as_attributes(self) -> dict[str, int]:
+        """The signals under the root-span attribute names the SDK uses (``tailcut.trace.*``)."""
+        return {
+            attr.TRACE_LLM_CALLS: self.llm_calls,
+            attr.TRACE_TOOL_CALLS: self.tool_calls,
+            attr.TRACE_ERRORS: self.errors,
+            attr.TRACE_TOTAL_TOKENS: self.total_tokens,
+            attr.TRACE_MAX_TOOL_REPEAT: self.max_tool_repeat,
+            attr.TRACE_SCHEMA_VIOLATIONS: self.schema_violations,
+            attr.TRACE_DEPTH: self.depth,
+            attr.TRACE_SPAN_COUNT: self.span_count,
+        }
+
+
+def _depths(facts: Sequence[SpanFacts], parent_of: list[int | None]) -> list[int]:
+    """Depth of each span (roots and orphans 0); a parent cycle counts from where it is entered."""
+    depth: list[int | None] = [None] * len(facts)
+    for i in range(len(facts)):
+        path = []
+        j: int | None = i
+        while j is not None and depth[j] is None and j not in path:
+            path.append(j)
+            j = parent_of[j]
+        base = -1 if j is None or depth[j] is None else depth[j]
+        for k in reversed(path):
+            base += 1
+            depth[k] = base
+    return [d or 0 for d in depth]
+
+
+def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
+    """The signals of one trace from the facts of all its spans (see the module docstring).
+
+    Parameters
+    ----------
+    facts
+        One :class:`SpanFacts` per span of the trace (any order); must not be empty.
+
+    Returns
+    -------
+    TraceSignals
+    """
+    spans = list(facts)
+    if not spans:
+        raise ValueError("compute_signals needs at least one span")
+    index: dict[str, int] = {}
+    for i, f in enumerate(spans):
+        index.setdefault(f.span_id, i)
+    parent_of: list[int | None] = []
+    orphans = 0
+    for i, f in enumerate(spans):
+        p = index.get(f.parent_span_id) if f.parent_span_id is not None else None
+        parent_of.append(None if p == i else p)
+        if f.parent_span_id is not None and parent_of[-1] is None:
+            orphans += 1
+    llm_calls = tool_calls = errors = input_tokens = output_tokens = violations = max_repeat = 0
+    repeats: dict[tuple[str, str | None], int] = {}
+    for f, p in zip(spans, parent_of, strict=True):
+        if is_nested_call(f.kind, spans[p].kind if p is not None else None):
+            continue
+        errors += f.failed
+        if f.kind == "llm":
+            llm_calls += 1
+            input_tokens += f.input_tokens
+            output_tokens += f.output_tokens
+            violations += f.schema_violations
+        elif f.kind == "tool" and f.attempt == 1:
+            tool_calls += 1
+            key = (f.boundary or "", f.request_sha256)
+            repeats[key] = repeats.get(key, 0) + 1
+            max_repeat = max(max_repeat, repeats[key])
+    roots = [f for f in spans if f.parent_span_id is None]
+    root = min(roots, key=lambda f: (f.start_ns, f.span_id)) if roots else None
+    first = min(spans, key=lambda f: (f.start_ns, f.span_id))
+    named = sorted((f for f in spans if f.agent_name), key=lambda f: (f is not root, f.start_ns))
+    return TraceSignals(
+        trace_id=spans[0].trace_id,
+        span_count=len(spans),
+        llm_calls=llm_calls,
+        tool_calls=tool_calls,
+        errors=errors,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        max_tool_repeat=max_repeat,
+        schema_violations=violations,
+        depth=max(_depths(spans, parent_of)),
+        orphan_count=orphans,
+        has_root=root is not None,
+        start_ns=min(f.start_ns for f in spans),
+        end_ns=max(f.end_ns for f in spans),
+        service_name=(root or first).service_name,
+        root_name=root.name if root else None,
+        agent_name=named[0].agent_name if named else None,
+        outcome=root.outcome if root else None,
+        outcome_score=root.outcome_score if root else None,
+        harness_revision=root.harness_revision if root else None,
+        env_revision=root.env_revision if root else None,
+        prompt_version=root.prompt_version if root else None,
+    )
+
+
+def traces_row(
+    signals: TraceSignals,
+    *,
+    kept: bool,
+    decision_reason: str,
+    policies: Sequence[str] = (),
+    baseline: bool = False,
+    inclusion_probability: float = 1.0,
+    decided_at_ns: int | None = None,
+    anomaly_score: float | None = None,
+    late_spans: int = 0,
+) -> dict[str, Any]:
+    """One row of the ``traces`` table (times as Unix nanoseconds), from signals and the decision.
+
+    Parameters
+    ----------
+    signals
+        From :func:`compute_signals`.
+    kept
+        Whether the trace's spans were kept.
+    decision_reason
+        One of ``root_end``, ``idle``, ``evicted``, ``max_spans``, ``shutdown``, ``embedded``.
+    policies
+        Every policy that matched.
+    baseline
+        Whether the trace is in the uniform (probabilistic) slice.
+    inclusion_probability
+        π, the probability the design kept it (in (0, 1]).
+    decided_at_ns
+        When the decision was made (default: now).
+    anomaly_score
+        The collector's robust z-score, if it computed one.
+    late_spans
+        Spans that arrived after the decision.
+
+    Raises
+    ------
+    ValueError
+        If ``decision_reason`` or ``inclusion_probability`` is out of range.
+    """
+    if decision_reason not in DECISION_REASONS:
+        raise ValueError(
+            f"decision_reason must be one of {', '.join(DECISION_REASONS)}; got {decision_reason!r}"
+        )
+    if not 0 < inclusion_probability <= 1:
+        raise ValueError(f"inclusion_probability must be in (0, 1]; got {inclusion_probability}")
+    return {
+        "trace_id": signals.trace_id,
+        "service_name": signals.service_name,
+        "root_name": signals.root_name,
+        "agent_name": signals.agent_name,
+        "start_time": signals.start_ns,
+        "end_time": signals.end_ns,
+        "duration_ms": signals.duration_ms,
+        "span_count": signals.span_count,
+        "error_count": signals.errors,
+        "llm_calls": signals.llm_calls,
+        "tool_calls": signals.tool_calls,
+        "input_tokens": signals.input_tokens,
+        "output_tokens": signals.output_tokens,
+        "max_depth": signals.depth,
+        "max_tool_repeat": signals.max_tool_repeat,
+        "schema_violations": signals.schema_violations,
+        "anomaly_score": anomaly_score,
+        "outcome": signals.outcome,
+        "outcome_score": signals.outcome_score,
+        "harness_revision": signals.harness_revision,
+        "kept": kept,
+        "policies": list(policies),
+        "baseline": baseline,
+        "inclusion_probability": float(inclusion_probability),
+        "decision_reason": decision_reason,
+        "decided_at": time.time_ns() if decided_at_ns is None else decided_at_ns,
+        "env_revision": signals.env_revision,
+        "prompt_version": signals.prompt_version,
+        "has_root": signals.has_root,
+        "orphan_count": signals.orphan_count,
+        "late_spans": late_spans,
+    }
+
+
+def _int(value: Any, default: int = 0) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return default
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _facts(
+    trace_id: str,
+    span_id: str,
+    parent_span_id: str | None,
+    name: str,
+    failed: bool,
+    start_ns: int,
+    end_ns: int,
+    values: Mapping[str, Any],
+    service_name: str | None,
+) -> SpanFacts:
+    """Facts from a span's decoded attributes (only :data:`FACT_KEYS` are read)."""
+    kind = resolve_kind(values)
+    tool_name = first_source(values, "tool_name", kind)[0]
+    provider = first_source(values, "provider", kind)[0]
+    operation = operation_for(
+        first_source(values, "operation", kind)[0], values.get(n.LLM_REQUEST_TYPE), kind
+    )
+    boundary = first_source(values, "boundary", kind)[0] or synthetic_boundary(
+        kind, name, tool_name=tool_name, provider=provider, operation=operation
+    )
+    request_sha = first_source(values, "request_sha256", kind)[0]
+    if request_sha is None and kind == "tool" and attr.KIND not in values:
+        request_sha = tool_request_sha256(values)
+    attempt = first_source(values, "attempt", kind)[0]
+    root = parent_span_id is None
+    return SpanFacts(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent_span_id,
+        name=name,
+        kind=kind,
+        failed=failed,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        input_tokens=first_source(values, "input_tokens", kind)[0] or 0,
+        output_tokens=first_source(values, "output_tokens", kind)[0] or 0,
+        boundary=boundary,
+        request_sha256=request_sha,
+        attempt=attempt if attempt is not None else 1,
+        schema_violations=_int(values.get(attr.SCHEMA_VIOLATIONS)),
+        service_name=service_name,
+        agent_name=first_source(values, "agent_name", kind)[0],
+        outcome=_text(values.get(attr.OUTCOME)) if root else None,
+        outcome_score=_float(values.get(attr.OUTCOME_SCORE)) if root else None,
+        harness_revision=_text(values.get(attr.HARNESS_REVISION)) if root else None,
+        env_revision=_text(values.get(attr.ENV_REVISION)) if root else None,
+        prompt_version=_text(values.get(attr.PROMPT_VERSION)) if root else None,
+    )
+
+
+def facts_from_otlp(span: Span, resource_service_name: str | None) -> SpanFacts:
+    """The facts of a protobuf ``Span``, decoding only the attributes in :data:`FACT_KEYS`.
+
+    Parameters
+    ----------
+    span
+        An OTLP protobuf span.
+    resource_service_name
+        ``service.name`` of the resource it came with.
+    """
+    values = {kv.key: any_value(kv.value) for kv in span.attributes if kv.key in FACT_KEYS}
+    return _facts(
+        span.trace_id.hex(),
+        span.span_id.hex(),
+        span.parent_span_id.hex() or None,
+        span.name,
+        span.status.code == _STATUS_ERROR,
+        span.start_time_unix_nano,
+        span.end_time_unix_nano,
+        values,
+        resource_service_name,
+    )
+
+
+def _nanoseconds(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1e9) if hasattr(value, "timestamp") else int(value.value)
+
+
+def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
+    """The facts of a ``spans`` row (a dict of its columns; times as ns integers or datetimes).
+
+    The row's ``kind`` is used as is (it already went through the nested-call rule).
+    """
+    attributes = row.get("attributes") or {}
+    if not isinstance(attributes, Mapping):
+        attributes = dict(attributes)
+    root = row.get("parent_span_id") is None
+    return SpanFacts(
+        trace_id=row["trace_id"],
+        span_id=row["span_id"],
+        parent_span_id=row.get("parent_span_id"),
+        name=row["name"],
+        kind=row["kind"],
+        failed=row.get("status_code") == "ERROR",
+        start_ns=_nanoseconds(row["start_time"]),
+        end_ns=_nanoseconds(row["end_time"]),
+        input_tokens=row.get("input_tokens") or 0,
+        output_tokens=row.get("output_tokens") or 0,
+        boundary=row.get("boundary"),
+        request_sha256=row.get("request_sha256"),
+        attempt=row.get("attempt") or 1,
+        schema_violations=_int(attributes.get(attr.SCHEMA_VIOLATIONS)),
+        service_name=row.get("service_name"),
+        agent_name=row.get("agent_name"),
+        outcome=attributes.get(attr.OUTCOME) if root else None,
+        outcome_score=_float(attributes.get(attr.OUTCOME_SCORE)) if root else None,
+        harness_revision=attributes.get(attr.HARNESS_REVISION) if root else None,
+        env_revision=attributes.get(attr.ENV_REVISION) if root else None,
+        prompt_version=attributes.get(attr.PROMPT_VERSION) if root else None,
+    )
+
+
+_FACT_COLUMNS: Final = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "status_code",
+    "start_time",
+    "end_time",
+    "input_tokens",
+    "output_tokens",
+    "boundary",
+    "request_sha256",
+    "attempt",
+    "service_name",
+    "agent_name",
+    "attributes",
+)
+
+
+def facts_from_table(table: pa.Table) -> list[SpanFacts]:
+    """:func:`facts_from_row` for every row of a ``spans`` table."""
+    columns = table.select(list(_FACT_COLUMNS))
+    for name in ("start_time", "end_time"):
+        position = columns.schema.get_field_index(name)
+        columns = columns.set_column(position, name, columns.column(name).cast(pa.int64()))
+    return [facts_from_row(row) for row in columns.to_pylist()]
+
+
+def trace_rows(table: pa.Table, **decision: Any) -> list[dict[str, Any]]:
+    """A ``traces`` row per trace in a ``spans`` table, every trace with the same decision fields.
+
+    ``decision`` takes the keyword arguments of :func:`traces_row`.
+    """
+    by_trace: dict[str, list[SpanFacts]] = {}
+    for facts in facts_from_table(table):
+        by_trace.setdefault(facts.trace_id, []).append(facts)
+    return [traces_row(compute_signals(facts), **decision) for facts in by_trace.values()]

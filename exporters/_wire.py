@@ -1,0 +1,520 @@
+"""Decode OTLP protobuf spans into columns straight from the wire bytes, all spans at once.
+
+Walking spans through the protobuf runtime costs about a microsecond per attribute (a Python object for
+every ``KeyValue`` and ``AnyValue``), more than writing the span to Parquet. So each ``ResourceSpans`` is
+serialised once and the spans are located in the bytes (:func:`_scan`); then :func:`fields` parses every
+span in lockstep with numpy, one protobuf field per step for all spans together, and the attributes
+(``KeyValue`` with their ``AnyValue``) are read with array arithmetic. Strings become Arrow string views
+pointing into the raw buffer, so long payloads are never copied into Python objects. Rare parts (events,
+links, array and key-value-list values) are decoded by the protobuf runtime.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
+
+from tailcut.exporters._batch import (
+    BOOL,
+    FLOAT,
+    INT,
+    NONE,
+    OTHER,
+    STR,
+    AttributeColumns,
+    DecodedSpans,
+    ResourceInfo,
+    SpanEvent,
+    SpanLink,
+)
+from tailcut.exporters._errors import BadOtlpInput
+
+SPAN_KINDS: Final = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # 0 = unspecified
+STATUS_CODES: Final = ("UNSET", "OK", "ERROR")
+_HEX: Final = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_PADDING: Final = bytes(16)
+
+
+def any_value(value: AnyValue) -> Any:
+    """An ``AnyValue`` as a Python value (key-value lists become dicts; bytes ``{"$bytes": base64}``)."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return key_values(value.kvlist_value.values)
+    if which == "bytes_value":
+        return {"$bytes": base64.b64encode(value.bytes_value).decode("ascii")}
+    return getattr(value, which)
+
+
+def key_values(items: Iterable[KeyValue]) -> dict[str, Any]:
+    """Repeated ``KeyValue`` as a dict (a repeated key keeps its last value)."""
+    return {kv.key: any_value(kv.value) for kv in items}
+
+
+class Fields(NamedTuple):
+    """The fields found in a set of messages: field ``j`` is field ``number[j]`` of message ``owner[j]``."""
+
+    owner: np.ndarray  # int64, index of the message
+    number: np.ndarray  # int64, field number
+    value: np.ndarray  # int64, the value of a varint field
+    start: np.ndarray  # int64, where a length-delimited or fixed-size field's bytes start
+    end: np.ndarray  # int64, and end
+
+    def select(self, number: int) -> Fields:
+        keep = self.number == number
+        return Fields(*(column[keep] for column in self))
+
+
+def _varint(data: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One varint at each position: ``(value, position after it, well formed)``.
+
+    Values are int64 (a 10-byte varint of a negative int64 wraps to the right two's complement value).
+    ``data`` must extend at least ``max_bytes`` past every position (the decoder pads its buffer).
+    """
+    byte = data[pos]
+    value = (byte & 0x7F).astype(np.int64)
+    after = pos + 1
+    more = np.flatnonzero(byte & 0x80)
+    for k in range(1, max_bytes):
+        if not len(more):
+            break
+        byte = data[after[more]]
+        value[more] |= (byte & 0x7F).astype(np.int64) << (7 * k)
+        after[more] += 1
+        more = more[(byte & 0x80) != 0]
+    well_formed = np.ones(len(pos), dtype=bool)
+    well_formed[more] = False
+    return value, after, well_formed
+
+
+def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> Fields:
+    """Parse the top-level fields of every message ``data[start[i]:end[i]]``, all messages in lockstep.
+
+    Fields come out step by step (every message's first field, then every second field, ...); use
+    :func:`grouped` to list each message's fields together.
+
+    Raises
+    ------
+    BadOtlpInput
+        If a message is not valid protobuf (``what`` names the message type in the error).
+    """
+    found: list[tuple[np.ndarray, ...]] = []
+    owner = np.flatnonzero(start < end)
+    pos = start[owner]
+    limit = end[owner]
+    while len(owner):
+        tag, pos, ok = _varint(data, pos, 5)
+        number = tag >> 3
+        wire = tag & 7
+        value = np.zeros(len(owner), dtype=np.int64)
+        field_start = pos
+        field_end = pos.copy()
+        is_varint = np.flatnonzero(wire == 0)
+        if len(is_varint):
+            value[is_varint], field_end[is_varint], good = _varint(data, pos[is_varint], 10)
+            ok[is_varint] &= good
+        is_bytes = np.flatnonzero(wire == 2)
+        if len(is_bytes):
+            field_start = pos.copy()
+            length, field_start[is_bytes], good = _varint(data, pos[is_bytes], 5)
+            field_end[is_bytes] = field_start[is_bytes] + length
+            ok[is_bytes] &= good
+        field_end[wire == 1] += 8
+        field_end[wire == 5] += 4
+        ok &= ((wire <= 2) | (wire == 5)) & (number > 0) & (field_end <= limit)
+        if not ok.all():
+            bad = int(np.argmin(ok))
+            raise BadOtlpInput(
+                f"{what} {int(owner[bad])} is not valid protobuf (malformed field at byte {int(pos[bad])})"
+            )
+        found.append((owner, number, value, field_start, field_end))
+        more = field_end < limit
+        owner, pos, limit = owner[more], field_end[more], limit[more]
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return Fields(empty, empty, empty, empty, empty)
+    return Fields(*(np.concatenate(column) for column in zip(*found, strict=True)))
+
+
+def grouped(f: Fields) -> Fields:
+    """``f`` with each message's fields together (messages in index order, fields in wire order)."""
+    by_owner = np.argsort(f.owner, kind="stable")
+    return Fields(*(column[by_owner] for column in f))
+
+
+def _words(data: np.ndarray, dtype: str) -> np.ndarray:
+    """``data`` as overlapping little-endian words: ``_words(data, "<u8")[i]`` is bytes ``i..i+7``."""
+    size = np.dtype(dtype).itemsize
+    return np.ndarray((len(data) - size + 1,), dtype=dtype, buffer=data, strides=(1,))
+
+
+def _string_views(
+    buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, end: np.ndarray, valid: np.ndarray
+) -> pa.Array:
+    """Arrow ``string_view`` values pointing at ``data[start:end]`` (null where not ``valid``).
+
+    A view is two little-endian words: the length with the first 4 bytes above it, then either the next
+    8 bytes (a string of up to 12 bytes, zero padded) or the buffer index (0) with the offset above it.
+    ``data`` must extend 12 bytes past every start.
+    """
+    count = len(start)
+    length = np.where(valid, end - start, 0).astype(np.uint64)
+    views = np.empty((count, 2), dtype="<u8")
+    words = _words(data, "<u8")
+    views[:, 0] = (words[start] << np.uint64(32)) | length
+    views[:, 1] = np.where(length > 12, start.astype(np.uint64) << np.uint64(32), words[start + 4])
+    short = np.flatnonzero(length < 12)  # inline and shorter than the 12 bytes read: zero the excess
+    if len(short):
+        size = length[short]
+        keep_first = np.where(
+            size >= 4, np.uint64(2**64 - 1), (np.uint64(1) << (np.minimum(size, 3) * 8 + 32)) - np.uint64(1)
+        )
+        views[short, 0] &= keep_first
+        views[short, 1] &= (np.uint64(1) << (np.maximum(size, 4) - 4) * 8) - np.uint64(1)
+    null_count = int(count - np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        pa.string_view(), count, [validity, pa.py_buffer(views), buffer], null_count=null_count
+    )
+
+
+def _hex(data: np.ndarray, start: np.ndarray, size: int, valid: np.ndarray) -> pa.Array:
+    """``data[start[i]:start[i] + size]`` as lowercase hex strings (null where not ``valid``)."""
+    raw = data[start[:, None] + np.arange(size)]
+    text = np.empty((len(start), 2 * size), dtype=np.uint8)
+    text[:, 0::2] = _HEX[raw >> 4]
+    text[:, 1::2] = _HEX[raw & 15]
+    offsets = np.arange(0, 2 * size * (len(start) + 1), 2 * size, dtype=np.int32)
+    null_count = int(len(start) - np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(
+        pa.string(), len(start), [validity, pa.py_buffer(offsets), pa.py_buffer(text)], null_count=null_count
+    )
+
+
+def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeColumns:
+    """Columns of the ``KeyValue`` messages at ``kv`` (span field 9, grouped by span).
+
+    The runtime writes a ``KeyValue`` as key then value, and an ``AnyValue`` as one tagged field; that
+    layout is read with array arithmetic and checked. Rows it does not fit (arrays, key-value lists,
+    bytes, any other valid encoding) are parsed by the protobuf runtime.
+    """
+    start, end = kv.start, kv.end
+    count = len(start)
+    ok = (end > start) & (data[start] == 0x0A)
+    key_length, key_start, good = _varint(data, start + 1, 3)
+    key_end = key_start + key_length
+    ok &= good & (key_end <= end)
+    has_value = key_end < end
+    value_length, value_start, good = _varint(data, key_end + 1, 5)
+    ok &= ~has_value | ((data[key_end] == 0x12) & good & (value_start + value_length == end))
+    present = has_value & (value_length > 0)
+    tag = np.where(ok & present, data[value_start], 0)
+
+    vtype = np.full(count, OTHER, dtype=np.int8)
+    vtype[ok & ~present] = NONE
+    str_start = np.zeros(count, dtype=np.int64)
+    candidates = np.flatnonzero(tag == 0x0A)
+    length, after, good = _varint(data, value_start[candidates] + 1, 5)
+    fits = good & (after + length == end[candidates])
+    vtype[candidates[fits]] = STR
+    str_start[candidates[fits]] = after[fits]
+    ints = np.zeros(count, dtype=np.int64)
+    candidates = np.flatnonzero((tag == 0x18) | (tag == 0x10))
+    number, after, good = _varint(data, value_start[candidates] + 1, 10)
+    fits = good & (after == end[candidates])
+    vtype[candidates[fits]] = np.where(tag[candidates[fits]] == 0x18, INT, BOOL)
+    ints[candidates[fits]] = number[fits]
+    floats = np.zeros(count, dtype=np.float64)
+    candidates = np.flatnonzero((tag == 0x21) & (value_start + 9 == end))
+    vtype[candidates] = FLOAT
+    floats[candidates] = _words(data, "<f8")[value_start[candidates] + 1]
+
+    keys = _string_views(buffer, data, key_start, key_end, ok).cast(pa.string())
+    strs = _string_views(buffer, data, str_start, end, vtype == STR)
+    others: dict[int, Any] = {}
+    slow = np.flatnonzero(vtype == OTHER)
+    if len(slow):
+        key_list = keys.to_pylist()
+        for row, s, e in zip(slow.tolist(), start[slow].tolist(), end[slow].tolist(), strict=True):
+            try:
+                parsed = KeyValue.FromString(data[s:e].tobytes())
+            except DecodeError as exc:
+                raise BadOtlpInput(
+                    f"attribute of span {int(kv.owner[row])} is not valid protobuf: {exc}"
+                ) from None
+            key_list[row] = parsed.key
+            others[row] = any_value(parsed.value)
+            if others[row] is None:
+                vtype[row] = NONE
+        keys = pa.array(key_list, pa.string())
+    return AttributeColumns(
+        span=kv.owner.astype(np.int32),
+        key=keys,
+        vtype=vtype,
+        strs=strs,
+        ints=ints,
+        floats=floats,
+        others=others,
+    )
+
+
+def _status(buffer: pa.Buffer, data: np.ndarray, status: Fields, count: int) -> tuple[pa.Array, pa.Array]:
+    """Status codes and messages (spans without a status field are ``UNSET``)."""
+    code = np.zeros(count, dtype=np.int64)
+    message_start = np.zeros(count, dtype=np.int64)
+    message_end = np.zeros(count, dtype=np.int64)
+    if len(status.owner):
+        parts = fields(data, status.start, status.end, "status")
+        owner = status.owner[parts.owner]
+        is_code = parts.number == 3
+        code[owner[is_code]] = parts.value[is_code]
+        is_message = parts.number == 2
+        message_start[owner[is_message]] = parts.start[is_message]
+        message_end[owner[is_message]] = parts.end[is_message]
+    codes = pa.array(STATUS_CODES, pa.string()).take(pa.array(np.where((code >= 0) & (code < 3), code, 0)))
+    messages = _string_views(buffer, data, message_start, message_end, message_end > message_start)
+    return codes, messages.cast(pa.string())
+
+
+def _rare(data: np.ndarray, found: Fields, parse: Callable[[bytes], Any]) -> dict[int, list[Any]]:
+    """Per span that has any, its parsed repeated sub-messages (events, links)."""
+    out: dict[int, list[Any]] = {}
+    for owner, s, e in zip(found.owner.tolist(), found.start.tolist(), found.end.tolist(), strict=True):
+        out.setdefault(owner, []).append(parse(data[s:e].tobytes()))
+    return out
+
+
+def _event(raw: bytes) -> SpanEvent:
+    event = Span.Event.FromString(raw)
+    return SpanEvent(event.name, event.time_unix_nano, key_values(event.attributes))
+
+
+def _link(raw: bytes) -> SpanLink:
+    link = Span.Link.FromString(raw)
+    return SpanLink(link.trace_id.hex(), link.span_id.hex(), key_values(link.attributes))
+
+
+def _scan(data: bytes, start: int, end: int, what: str) -> list[tuple[int, int, int]]:
+    """``(field number, start, end)`` of each length-delimited field of one message, in order.
+
+    Used for the few containers with many fields (a ``ScopeSpans`` holds thousands of spans), where the
+    lockstep walk of :func:`fields` would take one step per span. The loop is written out, with the
+    common one- and two-byte lengths first, because it runs once per span.
+    """
+    found: list[tuple[int, int, int]] = []
+    add = found.append
+    pos = start
+    try:
+        while pos < end:
+            tag = data[pos]
+            if tag & 0x80 or tag & 7 != 2:  # a long tag or another wire type: the general path
+                pos = _skip_field(data, pos, add, what)
+                continue
+            byte = data[pos + 1]
+            if byte < 0x80:
+                pos += 2
+                length = byte
+            elif data[pos + 2] < 0x80:
+                length = (byte & 0x7F) | data[pos + 2] << 7
+                pos += 3
+            else:
+                pos = _skip_field(data, pos, add, what)
+                continue
+            add((tag >> 3, pos, pos + length))
+            pos += length
+    except IndexError:
+        raise BadOtlpInput(f"{what} is not valid protobuf (truncated)") from None
+    if pos != end:
+        raise BadOtlpInput(f"{what} is not valid protobuf (a field runs past its end)")
+    return found
+
+
+def _skip_field(data: bytes, pos: int, add: Callable[[tuple[int, int, int]], None], what: str) -> int:
+    """Read the field at ``pos`` (recording it if length-delimited); return the position after it."""
+
+    def varint(pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = data[pos]
+            value |= (byte & 0x7F) << shift
+            pos += 1
+            shift += 7
+            if byte < 0x80:
+                return value, pos
+
+    tag, pos = varint(pos)
+    wire = tag & 7
+    if wire == 0:
+        return varint(pos)[1]
+    if wire in (1, 5):
+        return pos + (8 if wire == 1 else 4)
+    if wire == 2:
+        length, pos = varint(pos)
+        add((tag >> 3, pos, pos + length))
+        return pos + length
+    raise BadOtlpInput(f"{what} is not valid protobuf (wire type {wire} at byte {pos})")
+
+
+def _split(
+    resource_spans: Iterable[ResourceSpans] | bytes,
+) -> tuple[bytes, np.ndarray, np.ndarray, list[ResourceInfo], np.ndarray, pa.Array]:
+    """Find every span in the encoded messages (serialising them first unless given encoded).
+
+    Returns the bytes (padded), each span's start and end offset, the distinct resources, each span's
+    resource index and each span's scope name.
+    """
+    if isinstance(resource_spans, bytes | bytearray | memoryview):
+        data = bytes(resource_spans)
+        messages = [(s, e) for number, s, e in _scan(data, 0, len(data), "the OTLP request") if number == 1]
+    else:
+        encoded = [m.SerializeToString() for m in resource_spans]
+        data = b"".join(encoded)
+        ends = np.cumsum([len(m) for m in encoded]).tolist()
+        messages = list(zip([0, *ends[:-1]], ends, strict=True))
+    starts: list[int] = []
+    ends_: list[int] = []
+    resources: list[ResourceInfo] = []
+    per_resource: list[int] = []
+    scope_names: list[str | None] = []
+    per_scope: list[int] = []
+    for message_start, message_end in messages:
+        before_message = len(starts)
+        attributes: dict[str, Any] = {}
+        for number, s, e in _scan(data, message_start, message_end, "a ResourceSpans message"):
+            if number == 1:
+                attributes = key_values(Resource.FromString(data[s:e]).attributes)
+            elif number == 2:
+                before = len(starts)
+                scope_name = None
+                for inner, a, b in _scan(data, s, e, "a ScopeSpans message"):
+                    if inner == 2:
+                        starts.append(a)
+                        ends_.append(b)
+                    elif inner == 1:
+                        scope_name = InstrumentationScope.FromString(data[a:b]).name or None
+                scope_names.append(scope_name)
+                per_scope.append(len(starts) - before)
+        resources.append(ResourceInfo.of(attributes))
+        per_resource.append(len(starts) - before_message)
+    scopes = pa.array(scope_names, pa.string()).take(
+        pa.array(np.repeat(np.arange(len(per_scope)), per_scope))
+    )
+    return (
+        data + _PADDING,  # lets every varint and string-view read run past the last span unchecked
+        np.array(starts, dtype=np.int64),
+        np.array(ends_, dtype=np.int64),
+        resources,
+        np.repeat(np.arange(len(resources)), per_resource),
+        scopes,
+    )
+
+
+def decode_resource_spans(
+    resource_spans: Iterable[ResourceSpans] | bytes, *, on_bad_span: Callable[[str], None] | None = None
+) -> DecodedSpans:
+    """Decode ``ResourceSpans`` messages into one column batch.
+
+    Parameters
+    ----------
+    resource_spans
+        Protobuf ``ResourceSpans`` (from an ``ExportTraceServiceRequest`` or ``TracesData``), or an encoded
+        ``ExportTraceServiceRequest``/``TracesData`` (cheaper: nothing to serialise).
+    on_bad_span
+        Called with a description of each span whose ids are malformed, which is then skipped; when None,
+        such a span raises :class:`BadOtlpInput`.
+
+    Raises
+    ------
+    BadOtlpInput
+        If a span is not valid protobuf, or (without ``on_bad_span``) has malformed ids.
+    """
+    joined, span_start, span_end, resources, resource_index, scopes = _split(resource_spans)
+    count = len(span_start)
+    buffer = pa.py_buffer(joined)
+    data = np.frombuffer(buffer, dtype=np.uint8)
+    found = fields(data, span_start, span_end, "span")
+    # Where each singular field of each span is (Span's field numbers are 1..16): one scatter for all.
+    singular = found.number <= 16
+    at_field = np.full((count, 17), -1, dtype=np.int64)
+    at_field[found.owner[singular], found.number[singular]] = np.flatnonzero(singular)
+
+    def single(number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        at = at_field[:, number]
+        has = at >= 0
+        safe = np.maximum(at, 0)
+        zero = np.zeros(count, dtype=np.int64)
+        pick = (np.where(has, column[safe], zero) for column in (found.start, found.end, found.value))
+        return has, *pick
+
+    _, trace_start, trace_end, _ = single(1)
+    _, span_start, span_end, _ = single(2)
+    has_parent, parent_start, parent_end, _ = single(4)
+    parent_length = parent_end - parent_start
+    good = (
+        (trace_end - trace_start == 16)
+        & (span_end - span_start == 8)
+        & ((parent_length == 8) | (parent_length == 0))
+    )
+    good &= _nonzero(data, trace_start, 16) & _nonzero(data, span_start, 8)
+    if not good.all():
+        problems = [
+            f"span {i}: trace_id must be 16 and span_id 8 non-zero bytes, parent_span_id empty or 8 bytes"
+            for i in np.flatnonzero(~good).tolist()
+        ]
+        if on_bad_span is None:
+            raise BadOtlpInput(problems[0])
+        for problem in problems:
+            on_bad_span(problem)
+    _, name_start, name_end, _ = single(5)
+    _, _, _, kind = single(6)
+    kinds = pa.array(SPAN_KINDS, pa.string()).take(pa.array(np.where(kind < len(SPAN_KINDS), kind, 0)))
+    times = []
+    for number in (7, 8):
+        has, start, _, _ = single(number)
+        times.append(np.where(has, _words(data, "<i8")[start], 0))
+    status_codes, status_messages = _status(buffer, data, found.select(15), count)
+    decoded = DecodedSpans(
+        trace_id=_hex(data, trace_start, 16, np.ones(count, dtype=bool)),
+        span_id=_hex(data, span_start, 8, np.ones(count, dtype=bool)),
+        parent_span_id=_hex(data, parent_start, 8, has_parent & (parent_length == 8)),
+        name=_string_views(buffer, data, name_start, name_end, np.ones(count, dtype=bool)).cast(pa.string()),
+        span_kind=kinds,
+        start_ns=times[0],
+        end_ns=times[1],
+        status_code=status_codes,
+        status_message=status_messages,
+        resources=resources,
+        resource_index=resource_index,
+        scope_name=scopes,
+        events=_rare(data, found.select(11), _event),
+        links=_rare(data, found.select(13), _link),
+        attributes=_attributes(buffer, data, grouped(found.select(9))),
+        id_keys=_id_keys(
+            data, trace_start, span_start, np.where(has_parent & (parent_length == 8), parent_start, -1)
+        ),
+    )
+    return decoded if good.all() else decoded.subset(np.flatnonzero(good))
+
+
+def _id_keys(data: np.ndarray, trace: np.ndarray, span: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """The ids as big-endian numbers (see ``DecodedSpans.id_keys``); ``parent`` is -1 for none."""
+    words = _words(data, ">u8")
+    parent_key = np.where(parent >= 0, words[np.maximum(parent, 0)], 0).astype(np.uint64)
+    return np.column_stack([words[trace], words[trace + 8], words[span], parent_key]).astype(np.uint64)
+
+
+def _nonzero(data: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
+    """Whether each ``size``-byte id at ``start`` has a non-zero byte (all-zero ids are invalid in OTLP)."""
+    return data[start[:, None] + np.arange(size)].any(axis=1)

@@ -1,0 +1,344 @@
+"""Append ``spans`` and ``traces`` rows to a data dir as Parquet, partitioned by day, never half-visible.
+
+Layout (DESIGN.md section 4): ``DATA/spans/dt=YYYY-MM-DD/part-<uuid7>.parquet`` and the same under
+``traces/``. The day is the trace's start in UTC, so all the spans of a trace written together land in one
+partition. Rows are buffered per partition and written as row groups of about ``row_group_rows`` rows,
+each sorted by ``trace_id`` then ``span_index`` (a trace written in one call stays in one row group); a file
+is closed and published once it reaches ``roll_bytes`` or its oldest row is ``roll_seconds`` old (checked
+on every write and by :meth:`DataDirWriter.flush_if_due`, which a caller with no writes for a while should
+call periodically). Files are zstd-compressed, carry the schema version in their metadata and appear
+atomically (see :mod:`._atomic`); JSON columns are checked so one bad value cannot make a file unreadable
+(:mod:`._json_columns`).
+
+Encoding and compressing a row group is the expensive part and releases the GIL, so by default it runs on
+one background thread while the caller goes on normalising the next batch; at most two row groups wait for
+it (the caller blocks beyond that). A failure there is raised by the caller's next call.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tailcut.exporters import schema
+from tailcut.exporters._atomic import part_names, publish, stale_temporaries
+from tailcut.exporters._errors import DataDirError
+from tailcut.exporters._json_columns import readable_json
+
+DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
+DEFAULT_ROLL_SECONDS: Final = 60.0
+DEFAULT_ROW_GROUP_ROWS: Final = 100_000
+_DAY_NS: Final = 86_400 * 10**9
+_SORT_KEYS: Final = {
+    "spans": [("trace_id", "ascending"), ("span_index", "ascending")],
+    "traces": [("trace_id", "ascending")],
+}
+
+
+@dataclass
+class _Partition:
+    """One table's rows for one day: the buffer (caller side) and the file being written (writer thread)."""
+
+    name: str
+    directory: Path
+    buffered: list[pa.Table] = field(default_factory=list)
+    buffered_rows: int = 0
+    #: monotonic time of the oldest row not yet published (buffered or in the open file)
+    oldest: float | None = None
+    writer: pq.ParquetWriter | None = None
+    temporary: Path | None = None
+    final: Path | None = None
+
+
+class _Worker:
+    """Runs jobs in order on one thread; remembers the first failure."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=2)
+        self.failure: DataDirError | None = None
+        self._thread = threading.Thread(target=self._run, name="tailcut-parquet-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                if self.failure is None:
+                    job()
+            except DataDirError as exc:
+                self.failure = exc
+            finally:
+                self._jobs.task_done()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def wait(self) -> None:
+        self._jobs.join()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+
+
+class DataDirWriter:
+    """Writes ``spans`` and ``traces`` tables into a data dir (thread-safe).
+
+    Parameters
+    ----------
+    data_dir
+        The data dir; created if missing. Temporary files left by a crashed writer are removed.
+    roll_bytes
+        Close a file once it is this large.
+    roll_seconds
+        Publish rows at most this long after they were written (closing the file they are in).
+    row_group_rows
+        Rows per Parquet row group (written once this many are buffered for a partition).
+    compression_level
+        zstd level (default: the library's).
+    background
+        Encode row groups on a background thread (default), overlapping with the caller's work.
+
+    Raises
+    ------
+    DataDirError
+        If the data dir cannot be created or written.
+
+    Examples
+    --------
+    ::
+
+        with DataDirWriter("data") as writer:
+            writer.write_spans(normalize_otlp(request.resource_spans))
+            writer.write_traces([traces_row(signals, kept=True, decision_reason="embedded", ...)])
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        roll_bytes: int = DEFAULT_ROLL_BYTES,
+        roll_seconds: float = DEFAULT_ROLL_SECONDS,
+        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+        compression_level: int | None = None,
+        background: bool = True,
+    ) -> None:
+        if roll_bytes < 1 or roll_seconds <= 0 or row_group_rows < 1:
+            raise ValueError("roll_bytes, roll_seconds and row_group_rows must be positive")
+        self.root = Path(data_dir)
+        self.roll_bytes = roll_bytes
+        self.roll_seconds = roll_seconds
+        self.row_group_rows = row_group_rows
+        self.compression_level = compression_level
+        self._lock = threading.RLock()
+        self._partitions: dict[tuple[str, str], _Partition] = {}
+        self._closed = False
+        self._worker = _Worker() if background else None
+        try:
+            for table in schema.TABLES:
+                if table in _SORT_KEYS:
+                    (self.root / table).mkdir(parents=True, exist_ok=True)
+            for stale in stale_temporaries(self.root):
+                stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise DataDirError(f"cannot use data dir {self.root}: {exc.strerror or exc}") from None
+
+    # --- public ------------------------------------------------------------------------------------------
+    def write_spans(self, table: pa.Table) -> None:
+        """Add ``spans`` rows (a table with the :data:`~tailcut.exporters.schema.SPANS` schema)."""
+        table = _conform("spans", table)
+        self._write("spans", table, _trace_days(table))
+
+    def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
+        """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers)."""
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=schema.TRACES)
+        table = _conform("traces", table)
+        start = table.column("start_time").cast(pa.int64())
+        decided = table.column("decided_at").cast(pa.int64())
+        days = np.floor_divide(pc.coalesce(start, decided).to_numpy(), _DAY_NS)
+        self._write("traces", table, days)
+
+    def flush_if_due(self) -> None:
+        """Publish every partition whose oldest unpublished row is ``roll_seconds`` old."""
+        with self._lock:
+            self._raise_failure()
+            now = time.monotonic()
+            for key, partition in list(self._partitions.items()):
+                if partition.oldest is not None and now - partition.oldest >= self.roll_seconds:
+                    self._publish(key, partition)
+
+    def flush(self) -> None:
+        """Write and publish everything written so far (returns once it is on disk)."""
+        with self._lock:
+            self._raise_failure()
+            for key, partition in list(self._partitions.items()):
+                self._publish(key, partition)
+            if self._worker is not None:
+                self._worker.wait()
+            self._raise_failure()
+
+    def close(self) -> None:
+        """Flush everything and stop accepting rows (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.flush()
+            finally:
+                if self._worker is not None:
+                    self._worker.stop()
+
+    def __enter__(self) -> DataDirWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- internals ---------------------------------------------------------------------------------------
+    def _write(self, name: str, table: pa.Table, days: np.ndarray) -> None:
+        if table.num_rows == 0:
+            return
+        with self._lock:
+            if self._closed:
+                raise DataDirError(f"the writer for {self.root} is closed")
+            self._raise_failure()
+            for day in np.unique(days).tolist():
+                part = table if len(days) and (days == day).all() else table.filter(pa.array(days == day))
+                self._append(name, _day_name(day), part)
+            self.flush_if_due()
+
+    def _append(self, name: str, day: str, table: pa.Table) -> None:
+        key = (name, day)
+        partition = self._partitions.get(key)
+        if partition is None:
+            partition = self._partitions[key] = _Partition(name, self.root / name / f"dt={day}")
+        partition.buffered.append(table)
+        partition.buffered_rows += table.num_rows
+        if partition.oldest is None:
+            partition.oldest = time.monotonic()
+        if partition.buffered_rows >= self.row_group_rows:
+            self._submit_row_group(partition, close=False)
+
+    def _publish(self, key: tuple[str, str], partition: _Partition) -> None:
+        """Write what is buffered and close the partition's file (a new one opens on the next rows)."""
+        self._submit_row_group(partition, close=True)
+        del self._partitions[key]
+
+    def _submit_row_group(self, partition: _Partition, *, close: bool) -> None:
+        rows = pa.concat_tables(partition.buffered) if partition.buffered else None
+        partition.buffered, partition.buffered_rows = [], 0
+        if close:
+            partition.oldest = None
+
+        def job() -> None:
+            self._write_row_group(partition, rows, close=close)
+
+        if self._worker is None:
+            job()
+        else:
+            self._worker.submit(job)
+
+    def _raise_failure(self) -> None:
+        if self._worker is not None and self._worker.failure is not None:
+            raise self._worker.failure
+
+    # --- on the writer thread ------------------------------------------------------------------------------
+    def _write_row_group(self, partition: _Partition, rows: pa.Table | None, *, close: bool) -> None:
+        try:
+            if rows is not None and rows.num_rows:
+                if len(rows.column("trace_id").chunks) > 1 or not _is_sorted(rows, partition.name):
+                    rows = rows.sort_by(_SORT_KEYS[partition.name])
+                rows = readable_json(rows)
+                if partition.writer is None:
+                    self._open_file(partition)
+                assert partition.writer is not None and partition.temporary is not None
+                partition.writer.write_table(rows, row_group_size=rows.num_rows)
+                if partition.temporary.stat().st_size >= self.roll_bytes:
+                    close = True
+            if close and partition.writer is not None:
+                partition.writer.close()
+                assert partition.temporary is not None and partition.final is not None
+                publish(partition.temporary, partition.final)
+                partition.writer = partition.temporary = partition.final = None
+        except OSError as exc:
+            self._abandon(partition)
+            raise DataDirError(f"cannot write {partition.directory}: {exc.strerror or exc}") from None
+
+    def _open_file(self, partition: _Partition) -> None:
+        partition.directory.mkdir(parents=True, exist_ok=True)
+        temporary, final = part_names()
+        partition.temporary = partition.directory / temporary
+        partition.final = partition.directory / final
+        partition.writer = pq.ParquetWriter(
+            str(partition.temporary),
+            schema.TABLES[partition.name],
+            compression="zstd",
+            compression_level=self.compression_level,
+        )
+
+    def _abandon(self, partition: _Partition) -> None:
+        """Drop a file that failed mid-write (its rows are lost; the caller gets the error)."""
+        if partition.writer is not None:
+            try:
+                partition.writer.close()
+            except (OSError, pa.ArrowException):
+                pass
+        if partition.temporary is not None:
+            partition.temporary.unlink(missing_ok=True)
+        partition.writer = partition.temporary = partition.final = None
+
+
+def _conform(name: str, table: pa.Table) -> pa.Table:
+    """``table`` with exactly the table's schema (columns in order, types cast), or a DataDirError."""
+    expected = schema.TABLES[name]
+    if table.schema.equals(expected, check_metadata=True):
+        return table
+    try:
+        return table.select(expected.names).cast(expected)
+    except (KeyError, ValueError, pa.ArrowInvalid) as exc:
+        raise DataDirError(f"rows for the {name} table do not match its schema: {exc}") from None
+
+
+def _trace_days(table: pa.Table) -> np.ndarray:
+    """Per row, the UTC day (days since the epoch) its trace started: the earliest start among its rows."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    trace = pc.dictionary_encode(table.column("trace_id")).combine_chunks().indices.to_numpy()
+    start = table.column("start_time").cast(pa.int64()).to_numpy()
+    earliest = np.full(int(trace.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(earliest, trace, start)
+    return np.floor_divide(earliest[trace], _DAY_NS)
+
+
+def _day_name(day: int) -> str:
+    return datetime.fromtimestamp(day * 86_400, UTC).strftime("%Y-%m-%d")
+
+
+def _is_sorted(table: pa.Table, name: str) -> bool:
+    """Whether a single-chunk table is already in storage order (``normalize`` output is)."""
+    ids = table.column("trace_id").chunk(0)
+    if len(ids) < 2:
+        return True
+    previous, following = ids.slice(0, len(ids) - 1), ids.slice(1)
+    if not pc.all(pc.less_equal(previous, following)).as_py():
+        return False
+    if name != "spans":
+        return True
+    index = table.column("span_index").chunk(0).to_numpy()
+    same = pc.equal(previous, following).to_numpy(zero_copy_only=False)
+    return bool((index[1:][same] > index[:-1][same]).all())

@@ -1,0 +1,349 @@
+"""The replay-corpus writer: selected traces of a data dir as a self-contained, verifiable directory.
+
+A corpus is what a replay needs and nothing else (DESIGN.md section 6):
+
+* ``runs.parquet``: one row per trace: the run's input, harness and environment revision, initial
+  state, original outcome, failure categories, why it was selected and its inclusion probability;
+* ``envelopes.parquet``: one row per boundary crossing, with its full request and response (payloads
+  offloaded to the payload store are resolved and their hashes checked), stream events and error;
+* ``manifest.json``: what was selected and why, the schema version, and the sha256 of every file.
+
+A trace that cannot be replayed (its root span is missing, a payload the store no longer has, content
+capture was off) is written with ``replayable = false`` and the reason: it is never silently dropped.
+The corpus is built in a temporary directory beside ``out`` and renamed into place, so a failed write
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from tailcut import attributes as attr
+from tailcut.errors import TailcutError
+from tailcut.exporters import schema
+from tailcut.exporters._payloads import data_dir_store, resolve_payload
+from tailcut.payloads import PayloadStore, PayloadStoreError
+
+MANIFEST: Final = "manifest.json"
+RUNS: Final = "runs.parquet"
+ENVELOPES: Final = "envelopes.parquet"
+CORPUS_FORMAT: Final = "tailcut-corpus"
+
+
+class CorpusWriteError(TailcutError):
+    """A corpus could not be written (no such data dir, no such trace, output exists)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Why one trace goes into a corpus.
+
+    Parameters
+    ----------
+    trace_id
+        The trace, 32 hex characters.
+    reason
+        A sentence a reader understands, e.g. ``"incident: schema_drift"`` or
+        ``"baseline slice, stratum agent_name=support-agent"``.
+    categories
+        The failure categories found in the trace (empty for a clean baseline run).
+    inclusion_probability
+        The trace's π in the data dir's ``traces`` table (1 when unknown).
+    baseline
+        Whether it is a member of the uniform baseline slice.
+    """
+
+    trace_id: str
+    reason: str
+    categories: tuple[str, ...] = ()
+    inclusion_probability: float = 1.0
+    baseline: bool = False
+
+
+@dataclass
+class CorpusSummary:
+    """What :func:`write_corpus` wrote."""
+
+    path: Path
+    runs: int
+    envelopes: int
+    not_replayable: dict[str, str] = field(default_factory=dict)
+
+
+def payload_stores(
+    data_dir: str | os.PathLike[str], extra: Iterable[str | os.PathLike[str]] = ()
+) -> list[PayloadStore]:
+    """The payload stores to resolve offloaded payloads from: ``DATA/payloads`` first, then ``extra``."""
+    return [data_dir_store(data_dir), *(PayloadStore(p) for p in extra)]
+
+
+def _read_spans(data_dir: Path, trace_ids: Sequence[str]) -> pa.Table:
+    spans_dir = data_dir / "spans"
+    if not spans_dir.is_dir():
+        raise CorpusWriteError(f"{data_dir} has no spans/ directory: is it a tailcut data dir?")
+    dataset = ds.dataset(spans_dir, format="parquet", partitioning="hive", schema=schema.SPANS)
+    table = dataset.to_table(columns=_SPAN_COLUMNS, filter=ds.field("trace_id").isin(list(trace_ids)))
+    # nanosecond timestamps as integers: Python's datetime cannot hold them
+    start = table.schema.get_field_index("start_time")
+    table = table.set_column(start, "start_time", table.column("start_time").cast(pa.int64()))
+    return table.sort_by([("trace_id", "ascending"), ("span_index", "ascending")])
+
+
+_SPAN_COLUMNS: Final = [
+    "trace_id",
+    "span_id",
+    "name",
+    "kind",
+    "service_name",
+    "start_time",
+    "duration_ms",
+    "status_message",
+    "error_type",
+    "model",
+    "provider",
+    "tool_name",
+    "agent_name",
+    "boundary",
+    "occurrence",
+    "seq",
+    "attempt",
+    "request",
+    "request_sha256",
+    "response",
+    "response_sha256",
+    "attributes",
+    "span_index",
+]
+
+
+def _resolve(
+    text: str | None, expected_sha: str | None, stores: Sequence[PayloadStore]
+) -> tuple[str | None, str | None]:
+    """The full payload text behind an inline value (resolving a stub), or ``(None, why not)``."""
+    if text is None:
+        return None, None
+    try:
+        text = resolve_payload(text, stores)
+    except PayloadStoreError as exc:
+        return None, str(exc)
+    if expected_sha and hashlib.sha256(text.encode("utf-8")).hexdigest() != expected_sha:
+        return None, "a recorded payload does not match its sha256"
+    return text, None
+
+
+def _attributes(row: Mapping[str, Any]) -> dict[str, str]:
+    value = row.get("attributes")
+    return dict(value) if value else {}
+
+
+def _json_or_text(value: str | None) -> str | None:
+    """A run-level attribute as JSON text (plain strings become JSON strings)."""
+    if value is None:
+        return None
+    try:
+        json.loads(value)
+    except ValueError:
+        return json.dumps(value)
+    return value
+
+
+def _build(
+    trace_id: str, spans: list[dict[str, Any]], selection: Selection, stores: Sequence[PayloadStore]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The runs row and envelope rows of one trace."""
+    problems: list[str] = []
+    roots = [s for s in spans if s["kind"] == "root"]
+    root = roots[0] if roots else None
+    if not spans:
+        problems.append("no spans of this trace are in the data dir")
+    elif root is None:
+        problems.append("the run's root span was not recorded (missing spans)")
+    root_attrs = _attributes(root) if root else {}
+    run_input = _json_or_text(root_attrs.get(attr.RUN_INPUT))
+    if root is not None:
+        run_input, why = _resolve(run_input, None, stores)
+        if run_input is None:
+            problems.append(why or "the run's input was not recorded")
+    envelopes = []
+    for span in spans:
+        if span["kind"] not in attr.BOUNDARY_KINDS or span["boundary"] is None:
+            continue
+        span_attrs = _attributes(span)
+        request, why_request = _resolve(span["request"], span["request_sha256"], stores)
+        response, why_response = _resolve(span["response"], span["response_sha256"], stores)
+        events, why_events = _resolve(span_attrs.get(attr.STREAM_EVENTS), None, stores)
+        for why in (why_request, why_response, why_events):
+            if why:
+                problems.append(f"{span['boundary']}#{span['occurrence']}: {why}")
+        if request is None and span["request_sha256"] and not why_request:
+            problems.append(f"{span['boundary']}#{span['occurrence']}: content capture was off (hash only)")
+        retries = span_attrs.get(attr.RETRIES)
+        envelopes.append(
+            {
+                "trace_id": trace_id,
+                "seq": span["seq"] or 0,
+                "boundary": span["boundary"],
+                "occurrence": span["occurrence"] or 0,
+                "kind": span["kind"],
+                "name": span["name"],
+                "span_id": span["span_id"],
+                "request": request,
+                "request_sha256": span["request_sha256"],
+                "response": response,
+                "response_sha256": span["response_sha256"],
+                "stream_events": events,
+                "error_type": span["error_type"],
+                "error_message": span_attrs.get(attr.ERROR_MESSAGE) or span["status_message"],
+                "latency_ms": span["duration_ms"],
+                "attempt": span["attempt"],
+                "retries": int(retries) if retries is not None else None,
+                "model": span["model"],
+                "provider": span["provider"],
+                "tool_name": span["tool_name"],
+            }
+        )
+    score = root_attrs.get(attr.OUTCOME_SCORE)
+    run = {
+        "trace_id": trace_id,
+        "service_name": root["service_name"] if root else None,
+        "root_name": root["name"] if root else None,
+        "agent_name": root["agent_name"] if root else None,
+        "run_input": run_input,
+        "harness_revision": root_attrs.get(attr.HARNESS_REVISION),
+        "env_revision": root_attrs.get(attr.ENV_REVISION),
+        "prompt_version": root_attrs.get(attr.PROMPT_VERSION),
+        "initial_state": _json_or_text(root_attrs.get(attr.INITIAL_STATE)),
+        "outcome": root_attrs.get(attr.OUTCOME),
+        "outcome_score": float(score) if score is not None else None,
+        "categories": list(selection.categories),
+        "category": selection.categories[0] if selection.categories else None,
+        "inclusion_probability": selection.inclusion_probability,
+        "baseline": selection.baseline,
+        "selection_reason": selection.reason,
+        "replayable": not problems,
+        "not_replayable_reason": "; ".join(problems) if problems else None,
+        "boundary_count": len(envelopes),
+        "start_time": root["start_time"] if root else None,
+    }
+    return run, sorted(envelopes, key=lambda e: e["seq"])
+
+
+def _write_parquet(rows: list[dict[str, Any]], table_schema: pa.Schema, path: Path) -> None:
+    table = pa.Table.from_pylist(rows, schema=table_schema)
+    pq.write_table(table, path, compression="zstd")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_corpus(
+    data_dir: str | os.PathLike[str],
+    selections: Sequence[Selection],
+    out: str | os.PathLike[str],
+    *,
+    stores: Sequence[PayloadStore] | None = None,
+    description: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> CorpusSummary:
+    """Write the selected traces of ``data_dir`` as a replay corpus at ``out``.
+
+    Parameters
+    ----------
+    data_dir
+        A tailcut data dir (``spans/``, ``traces/``, ``payloads/``).
+    selections
+        The traces and why each is selected, in the order they should appear.
+    out
+        The corpus directory to create.
+    stores
+        Payload stores for offloaded payloads (default: :func:`payload_stores` of ``data_dir``).
+    description
+        How the selection was made (categories, baseline size, seed, ...), kept in the manifest.
+    overwrite
+        Replace an existing corpus at ``out``.
+
+    Returns
+    -------
+    CorpusSummary
+        Counts, and the reason for every trace that is not replayable.
+    """
+    data = Path(data_dir)
+    target = Path(out)
+    if target.exists() and not overwrite:
+        raise CorpusWriteError(f"{target} already exists; choose another --out or remove it")
+    if not selections:
+        raise CorpusWriteError("nothing selected: the corpus would be empty")
+    ids = [s.trace_id for s in selections]
+    if len(set(ids)) != len(ids):
+        raise CorpusWriteError("a trace is selected twice")
+    stores = list(stores) if stores is not None else payload_stores(data)
+    table = _read_spans(data, ids)
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for row in table.to_pylist():
+        by_trace.setdefault(row["trace_id"], []).append(row)
+    runs, envelopes = [], []
+    for selection in selections:
+        run, crossings = _build(selection.trace_id, by_trace.get(selection.trace_id, []), selection, stores)
+        runs.append(run)
+        envelopes.extend(crossings)
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        _write_parquet(runs, schema.CORPUS_RUNS, staging / RUNS)
+        _write_parquet(envelopes, schema.CORPUS_ENVELOPES, staging / ENVELOPES)
+        manifest = {
+            "format": CORPUS_FORMAT,
+            "schema_version": schema.SCHEMA_VERSION,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "selection": dict(description or {}),
+            "traces": [
+                {
+                    "trace_id": run["trace_id"],
+                    "reason": run["selection_reason"],
+                    "categories": run["categories"],
+                    "inclusion_probability": run["inclusion_probability"],
+                    "baseline": run["baseline"],
+                    "replayable": run["replayable"],
+                    "not_replayable_reason": run["not_replayable_reason"],
+                }
+                for run in runs
+            ],
+            "files": {
+                name: {"sha256": _sha256_file(staging / name), "bytes": (staging / name).stat().st_size}
+                for name in (RUNS, ENVELOPES)
+            },
+        }
+        (staging / MANIFEST).write_text(
+            json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return CorpusSummary(
+        path=target,
+        runs=len(runs),
+        envelopes=len(envelopes),
+        not_replayable={r["trace_id"]: r["not_replayable_reason"] for r in runs if not r["replayable"]},
+    )

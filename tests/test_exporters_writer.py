@@ -1,0 +1,236 @@
+"""The Parquet writer: atomic files, schema, partitions, rolling, crash safety and concurrency."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tailcut.exporters import DataDirError, DataDirWriter, schema
+from tailcut.exporters._batch import EMPTY_RESOURCE, DecodedSpans, SpanRecord
+from tailcut.exporters._normalize import normalize
+from tailcut.exporters._signals import trace_rows
+
+DAY = 86_400 * 10**9
+JAN_1 = 1767225600 * 10**9  # 2026-01-01T00:00:00Z
+
+
+def spans_table(trace: int, count: int = 5, start: int = JAN_1, step: int = 10**6) -> pa.Table:
+    records = [
+        SpanRecord(
+            f"{trace:032x}",
+            f"{i + 1:016x}",
+            None if i == 0 else "0000000000000001",
+            f"span {i}",
+            "INTERNAL",
+            start + i * step,
+            start + (i + 1) * step,
+            "UNSET",
+            None,
+            {"tailcut.kind": "root" if i == 0 else "tool", "payload": "x" * 50},
+            (),
+            (),
+            EMPTY_RESOURCE,
+            None,
+        )
+        for i in range(count)
+    ]
+    return normalize(DecodedSpans.from_records(records))
+
+
+def same_schema(read: pa.Schema, expected: pa.Schema) -> bool:
+    """Equal names, types, nullability and metadata (Parquet renames list items and map entries)."""
+
+    def spelled(field: pa.Field) -> tuple[str, str, bool]:
+        text = re.sub(r" \('\w+'\)", "", str(field.type)).replace("element:", "item:")
+        return field.name, text, field.nullable
+
+    return [spelled(f) for f in read] == [spelled(f) for f in expected] and read.metadata == expected.metadata
+
+
+def query(data: Path, select: str, table: str = "spans", tail: str = "") -> list[tuple]:
+    """Run a query over a table of the data dir the way readers do (glob, union_by_name, hive partitions)."""
+    source = f"read_parquet('{data}/{table}/**/*.parquet', union_by_name=true, hive_partitioning=true)"
+    return duckdb.sql(f"SELECT {select} FROM {source} {tail}").fetchall()
+
+
+def parts(data: Path, table: str = "spans") -> list[Path]:
+    return sorted((data / table).glob("dt=*/*.parquet"))
+
+
+def test_files_match_the_schema_exactly_and_carry_its_version(tmp_path: Path) -> None:
+    with DataDirWriter(tmp_path) as writer:
+        table = spans_table(1)
+        writer.write_spans(table)
+        writer.write_traces(trace_rows(table, kept=True, decision_reason="embedded"))
+    for name in ("spans", "traces"):
+        (path,) = parts(tmp_path, name)
+        assert same_schema(pq.read_schema(path), schema.TABLES[name])
+        assert pq.read_table(path).cast(schema.TABLES[name]).schema.equals(schema.TABLES[name])
+        metadata = pq.read_metadata(path).metadata
+        assert metadata[schema.SCHEMA_VERSION_KEY] == schema.SCHEMA_VERSION.encode()
+        assert metadata[schema.TABLE_KEY] == name.encode()
+        assert path.name.startswith("part-") and not path.name.startswith(".")
+    assert query(tmp_path, "count(*)") == [(5,)]
+    assert query(tmp_path, "span_count, kept, decision_reason", "traces") == [(5, True, "embedded")]
+
+
+def test_an_older_file_without_a_newer_column_still_reads(tmp_path: Path) -> None:
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(spans_table(1))
+    old = spans_table(2).drop_columns(["scope_name", "is_orphan"])
+    old_schema = pa.schema(
+        [f for f in schema.SPANS if f.name in old.schema.names], metadata={b"tailcut.schema_version": b"0"}
+    )
+    pq.write_table(old.cast(old_schema), tmp_path / "spans" / "dt=2026-01-01" / "part-old.parquet")
+    rows = query(tmp_path, "trace_id, is_orphan, dt")
+    assert len(rows) == 10
+    assert {r[1] for r in rows if r[0] == f"{2:032x}"} == {None}
+    assert {r[1] for r in rows if r[0] == f"{1:032x}"} == {False}
+    assert {str(r[2]) for r in rows} == {"2026-01-01"}
+
+
+def test_a_trace_lands_in_the_partition_of_its_start_day(tmp_path: Path) -> None:
+    late_evening = JAN_1 + DAY - 2 * 10**9
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(spans_table(1, count=4, start=late_evening, step=10**9))  # runs past midnight
+        writer.write_spans(spans_table(2, start=JAN_1 + DAY))
+    days = dict(query(tmp_path, "trace_id, list(DISTINCT dt::VARCHAR)", tail="GROUP BY trace_id"))
+    assert days == {f"{1:032x}": ["2026-01-01"], f"{2:032x}": ["2026-01-02"]}
+
+
+def test_rows_are_sorted_by_trace_then_span_index_within_a_row_group(tmp_path: Path) -> None:
+    with DataDirWriter(tmp_path, row_group_rows=12) as writer:
+        for trace in (9, 3, 7, 1):
+            writer.write_spans(spans_table(trace))
+    (path,) = parts(tmp_path)
+    file = pq.ParquetFile(path)
+    assert file.metadata.num_row_groups == 2  # 15 rows buffered, then the last 5
+    first = file.read_row_group(0).select(["trace_id", "span_index"]).to_pylist()
+    assert first == sorted(first, key=lambda r: (r["trace_id"], r["span_index"]))
+    assert [r["trace_id"][-1] for r in first[::5]] == ["3", "7", "9"]
+
+
+def test_files_roll_by_size_and_by_age(tmp_path: Path) -> None:
+    writer = DataDirWriter(tmp_path, roll_bytes=1, row_group_rows=1, roll_seconds=3600)
+    writer.write_spans(spans_table(1))
+    writer.write_spans(spans_table(2))
+    writer.flush()
+    assert len(parts(tmp_path)) == 2  # each row group filled a file past 1 byte
+    aged = DataDirWriter(tmp_path, roll_seconds=0.05)
+    aged.write_spans(spans_table(3))
+    assert len(parts(tmp_path)) == 2  # buffered: not visible yet
+    time.sleep(0.1)
+    aged.flush_if_due()
+    aged.flush()  # waits for the background writer
+    assert len(parts(tmp_path)) == 3
+    writer.close()
+    aged.close()
+
+
+def test_writes_from_many_threads(tmp_path: Path) -> None:
+    writer = DataDirWriter(tmp_path, row_group_rows=50)
+
+    def work(base: int) -> None:
+        for trace in range(base, base + 20):
+            writer.write_spans(spans_table(trace))
+
+    threads = [threading.Thread(target=work, args=(k * 100 + 1,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writer.close()
+    assert query(tmp_path, "count(*), count(DISTINCT trace_id)") == [(400, 80)]
+
+
+def test_closed_writer_and_unwritable_dir_raise_clear_errors(tmp_path: Path) -> None:
+    writer = DataDirWriter(tmp_path)
+    writer.close()
+    with pytest.raises(DataDirError, match="closed"):
+        writer.write_spans(spans_table(1))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(DataDirError, match="cannot use data dir"):
+        DataDirWriter(blocker)
+    with pytest.raises(DataDirError, match="do not match"):
+        DataDirWriter(tmp_path / "d").write_spans(pa.table({"x": [1]}))
+
+
+WRITER_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from tailcut.exporters import DataDirWriter
+    sys.path.insert(0, sys.argv[2])
+    from test_exporters_writer import spans_table
+    writer = DataDirWriter(sys.argv[1], roll_bytes=40_000, row_group_rows=200, background=False)
+    trace = 1
+    while True:
+        writer.write_spans(spans_table(trace, count=20))
+        trace += 1
+    """
+)
+
+
+def test_a_writer_killed_mid_write_leaves_a_readable_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    process = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(data), str(Path(__file__).parent)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # kill it while a file is being written, after some were published
+            if len(parts(data)) >= 2 and list(data.glob("spans/dt=*/.part-*.tmp")):
+                break
+            time.sleep(0.005)
+        else:
+            pytest.fail("the writer never got going")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert list(data.glob("spans/dt=*/.part-*.tmp"))  # it died mid-file
+    [(count, traces)] = query(data, "count(*), count(DISTINCT trace_id)")
+    assert count > 0 and count == traces * 20  # only whole files, each holding whole traces
+    for path in parts(data):
+        assert pq.read_metadata(path).num_rows > 0
+    DataDirWriter(data).close()  # the next writer to open the data dir removes the dead writer's file
+    assert not list(data.glob("spans/dt=*/.part-*.tmp"))
+    assert query(data, "count(*)") == [(count,)]
+
+
+def test_a_payload_that_is_not_json_cannot_make_a_file_unreadable(tmp_path: Path) -> None:
+    record = SpanRecord(
+        "c" * 32,
+        "0000000000000001",
+        None,
+        "tool t",
+        "INTERNAL",
+        JAN_1,
+        JAN_1 + 1,
+        "UNSET",
+        None,
+        {
+            "tailcut.kind": "tool",
+            "tailcut.request": '{"cut": "in the mid',
+            "tailcut.response": "NaN x",
+            "tailcut.request.sha256": "0" * 64,
+        },
+        (),
+        (),
+        EMPTY_RESOURCE,
+        None,
+    )
+    table = normalize(DecodedSpans.from_records([record]))
+    assert table.column("request").to_pylist() == ['{"cut": "in the mid']  # verbatim until written
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(table)
+    rows = query(tmp_path, "request::VARCHAR, response::VARCHAR, request_sha256, request->>'$'")
+    assert rows == [('"{\\"cut\\": \\"in the mid"', '"NaN x"', "0" * 64, '{"cut": "in the mid')]
