@@ -1,0 +1,96 @@
+"""The final decision over all top-level policies: kept or not, why, and with what probability.
+
+Rules (DESIGN.md section 3):
+
+* a ``drop`` vote wins; otherwise any sample vote keeps the trace;
+* **every** policy is evaluated and every matching one is recorded (a drop policy matches when it
+  votes to drop). ``sample_on_first_match`` therefore changes nothing in tailcut: the Collector uses it
+  to save evaluation time, tailcut needs the full list to explain each trace;
+* ``baseline`` is membership of the uniform slice: some top-level ``probabilistic`` policy's hash test
+  passed, which depends on the trace id alone (a later drop may still discard the trace);
+* ``inclusion_probability`` (pi) is the probability that this design keeps a trace like this one:
+  ``P(no drop) * P(some sample vote)``, from each policy's vote probability, treating policies as
+  independent except ``probabilistic`` policies with the same salt, which are nested (the smaller
+  slice lies inside the larger) and so count once with the largest ratio. It is 1 when a deterministic
+  policy kept the trace, p when only the baseline did, and is also given for dropped traces (the chance
+  they had).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tailcut.collector._combinators import Drop
+from tailcut.collector._policies import Policy, Probabilistic
+from tailcut.collector._votes import Decision, TraceView, Vote
+
+
+@dataclass(frozen=True, slots=True)
+class TraceDecision:
+    """What the policies decided for one trace."""
+
+    kept: bool
+    policies: tuple[str, ...]
+    baseline: bool
+    inclusion_probability: float
+
+
+class PolicySet:
+    """The configured top-level policies, evaluated together.
+
+    Parameters
+    ----------
+    policies
+        Top-level policies in config order (names are unique).
+    """
+
+    def __init__(self, policies: Sequence[Policy]) -> None:
+        self.policies = list(policies)
+        self.baseline_policies = [policy for policy in self.policies if isinstance(policy, Probabilistic)]
+        salts: dict[str, int] = {}
+        #: (policy, role, slice group) per policy, so deciding needs no type checks.
+        self._plan: list[tuple[Policy, int, int]] = []
+        for policy in self.policies:
+            if isinstance(policy, Drop):
+                self._plan.append((policy, _DROP, -1))
+            elif isinstance(policy, Probabilistic):
+                self._plan.append((policy, _SLICE, salts.setdefault(policy.salt, len(salts))))
+            else:
+                self._plan.append((policy, _SAMPLE, -1))
+        self._slice_groups = len(salts)
+
+    def attribute_keys(self) -> frozenset[str]:
+        """Every span/resource attribute key some policy reads."""
+        return frozenset().union(*(policy.attribute_keys() for policy in self.policies))
+
+    def decide(self, trace: TraceView, now: float) -> tuple[TraceDecision, list[Vote]]:
+        """Evaluate every policy on ``trace``; return the decision and each policy's vote (config order)."""
+        votes = [policy.evaluate(trace, now) for policy in self.policies]
+        matched: list[str] = []
+        dropped = sampled = baseline = False
+        no_drop = 1.0
+        hit = 0.0  # P(some sampling policy votes to sample), accumulated over independent policies
+        slices = [0.0] * self._slice_groups
+        for (policy, role, group), (decision, probability) in zip(self._plan, votes, strict=True):
+            if decision is _SAMPLED:
+                sampled = True
+                baseline = baseline or role == _SLICE
+                matched.append(policy.name)
+            elif decision is _DROPPED:
+                dropped = True
+                matched.append(policy.name)
+            if role == _SAMPLE:
+                hit += (1.0 - hit) * probability
+            elif role == _DROP:
+                no_drop *= 1.0 - probability
+            elif probability > slices[group]:
+                slices[group] = probability
+        for ratio in slices:
+            hit += (1.0 - hit) * ratio
+        decision = TraceDecision(sampled and not dropped, tuple(matched), baseline, no_drop * hit)
+        return decision, votes
+
+
+_SAMPLE, _DROP, _SLICE = 0, 1, 2
+_SAMPLED, _DROPPED = Decision.SAMPLED, Decision.DROPPED

@@ -1,0 +1,166 @@
+"""The few facts of a span that trace signals and policies need, read from its encoded bytes.
+
+This is the collector's hot path: it runs on every span, kept or not. A span is parsed with the lazy
+:data:`~tailcut.collector._otlp.SpanFacts` type (attributes as a C-level map of encoded values) and only
+the keys below are looked up; values are compared or decoded from their raw ``AnyValue`` bytes. Kinds
+follow :func:`tailcut.exporters._conventions.resolve_kind` (called only for spans without
+``tailcut.kind``), and token counts the same fallbacks as the ``input_tokens``/``output_tokens``
+columns, so the signals agree with the stored rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from tailcut import attributes as attr
+from tailcut.collector._otlp import any_int, any_value, encode_string_value
+from tailcut.exporters import _names as names
+from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
+
+if TYPE_CHECKING:
+    from tailcut.collector._signals import SignalTally
+
+ERROR_STATUS: Final = 2
+_KIND_BY_RAW: Final = {encode_string_value(kind): kind for kind in attr.KINDS}
+_INPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["input_tokens"])
+_OUTPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["output_tokens"])
+#: Where a tool call's arguments live, tailcut's request hash first (its identity for loop detection).
+_TOOL_ARGUMENT_KEYS: Final = (
+    attr.REQUEST_SHA256,
+    attr.GEN_AI_TOOL_CALL_ARGUMENTS,
+    names.OI_TOOL_CALL_ARGUMENTS,
+    names.OI_INPUT_VALUE,
+    names.TRACELOOP_ENTITY_INPUT,
+)
+_TOOL_NAME_KEYS: Final = (
+    attr.BOUNDARY,
+    attr.GEN_AI_TOOL_NAME,
+    names.OI_TOOL_NAME,
+    names.TRACELOOP_ENTITY_NAME,
+)
+_AGENT_NAME_KEYS: Final = (attr.GEN_AI_AGENT_NAME, names.OI_AGENT_NAME)
+#: Root-span attributes copied into the ``traces`` row.
+ROOT_KEYS: Final = {
+    "outcome": attr.OUTCOME,
+    "outcome_score": attr.OUTCOME_SCORE,
+    "harness_revision": attr.HARNESS_REVISION,
+    "env_revision": attr.ENV_REVISION,
+    "prompt_version": attr.PROMPT_VERSION,
+}
+_new = tuple.__new__
+_KIND: Final = attr.KIND
+_INPUT_TOKENS: Final = attr.GEN_AI_USAGE_INPUT_TOKENS
+_OUTPUT_TOKENS: Final = attr.GEN_AI_USAGE_OUTPUT_TOKENS
+_SCHEMA_VIOLATIONS: Final = attr.SCHEMA_VIOLATIONS
+_ATTEMPT: Final = attr.ATTEMPT
+_INT_TAG: Final = b"\x18"  # AnyValue.int_value
+
+
+class BufferedSpan(NamedTuple):
+    """One buffered span: its encoded bytes, where it came from, and what decision time needs of it.
+
+    A tuple (created with ``tuple.__new__``) because the buffer holds one per span. Totals the signals
+    add up are kept on the trace's :class:`~tailcut.collector._signals.SignalTally` instead; a model
+    call's own numbers stay here only so a nested duplicate can be taken out again.
+    """
+
+    span_id: bytes
+    parent_span_id: bytes  # b"" for a root
+    kind: str
+    status: int  # OTLP status code: 0 unset, 1 ok, 2 error
+    input_tokens: int
+    output_tokens: int
+    schema_violations: int
+    data: bytes  # the span exactly as received (encoded ``Span``)
+    origin: Any  # the shared ``(resource, scope)`` it arrived under
+
+
+class RootFacts(NamedTuple):
+    """What the ``traces`` row takes from the root span."""
+
+    name: str
+    values: dict[str, Any]
+
+
+def _first(attributes: Any, keys: tuple[str, ...]) -> bytes | None:
+    for key in keys:
+        raw = attributes.get(key)
+        if raw is not None:
+            return raw
+    return None
+
+
+def span_kind(attributes: Any) -> str:
+    """The tailcut kind of a span from its raw attribute map (``tailcut.kind`` first, then conventions)."""
+    kind = _KIND_BY_RAW.get(attributes.get(attr.KIND))  # type: ignore[arg-type]
+    if kind is not None:
+        return kind
+    return resolve_kind({key: any_value(attributes[key]) for key in KIND_KEYS if key in attributes})
+
+
+def buffered_span(
+    span: Any, attributes: Any, span_id: bytes, parent: bytes, data: bytes, origin: Any, tally: SignalTally
+) -> BufferedSpan:
+    """The buffer's record of a span parsed with the lazy ``SpanFacts`` type; adds it to ``tally``.
+
+    ``attributes`` is ``span.attributes`` (read once by the caller: each read builds a new map view).
+    """
+    kind = _KIND_BY_RAW.get(attributes.get(_KIND))  # type: ignore[arg-type]
+    if kind is None:
+        kind = span_kind(attributes)
+    status = span.status.code
+    start = span.start_time_unix_nano
+    end = span.end_time_unix_nano
+    if start < tally.start_ns or tally.start_ns < 0:
+        tally.start_ns = start
+    if end > tally.end_ns:
+        tally.end_ns = end
+    tally.status_mask |= 1 << status
+    if status == ERROR_STATUS:
+        tally.errors += 1
+    input_tokens = output_tokens = violations = 0
+    if kind == "llm":
+        raw = attributes.get(_INPUT_TOKENS)
+        input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
+        raw = attributes.get(_OUTPUT_TOKENS)
+        output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
+        violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
+        tally.llm_calls += 1
+        tally.input_tokens += input_tokens
+        tally.output_tokens += output_tokens
+        tally.schema_violations += violations
+    elif kind == "tool":
+        # A retry is not a new call; a non-integer attempt counts as absent.
+        attempt = attributes.get(_ATTEMPT)
+        if attempt is None or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
+            tool = _first(attributes, _TOOL_NAME_KEYS) or span.name
+            key = len(tool).to_bytes(4, "little") + tool + (_first(attributes, _TOOL_ARGUMENT_KEYS) or b"")
+            repeats = tally.repeats
+            if repeats is None:
+                repeats = tally.repeats = {}
+            repeats[key] = repeats.get(key, 0) + 1
+            tally.tool_calls += 1
+    return _new(
+        BufferedSpan, (span_id, parent, kind, status, input_tokens, output_tokens, violations, data, origin)
+    )
+
+
+def root_facts(span: Any) -> RootFacts:
+    """The root span's name and the attributes the ``traces`` row copies."""
+    attributes = span.attributes
+    values: dict[str, Any] = {}
+    for column, key in ROOT_KEYS.items():
+        raw = attributes.get(key)
+        if raw is not None:
+            values[column] = any_value(raw)
+    agent = _first(attributes, _AGENT_NAME_KEYS)
+    if agent is not None:
+        values["agent_name"] = any_value(agent)
+    return RootFacts(span.name.decode("utf-8", "replace"), values)
+
+
+def agent_name(span: Any) -> str | None:
+    """The agent name an ``agent`` span declares, if any."""
+    raw = _first(span.attributes, (*_AGENT_NAME_KEYS, names.TRACELOOP_ENTITY_NAME))
+    value = any_value(raw) if raw is not None else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,355 @@
+"""OTLP wire details: lazy decoding of export requests, body encodings, and the responses the spec defines.
+
+Lazy decoding
+-------------
+Turning every attribute of every span into Python objects costs several times more than parsing the
+request, and only kept traces (a small fraction) ever need that. So requests are decoded with two
+message types built here that are wire-compatible with OTLP's but declare less:
+
+* :data:`FramedRequest` mirrors ``ExportTraceServiceRequest`` down to the scope level but declares the
+  resource, the scope and each span as ``bytes``: parsing it only frames the request, and each span
+  comes out as its own encoded bytes, which is what the buffer keeps (no re-encoding, no parsed objects);
+* :data:`SpanFacts` reads one span's bytes declaring just the fields the collector needs, and its
+  ``attributes`` as ``map<string, bytes>`` (a ``KeyValue`` list is wire-identical to a map entry), so
+  looking up a key is a C hash lookup that returns the value's encoded ``AnyValue``.
+
+Spans a trace keeps are later parsed for real with ``opentelemetry.proto``'s ``Span``.
+
+Responses (OTLP specification, "OTLP/HTTP Response" and "Failures")
+--------------------------------------------------------------------
+Success is 200 with an ``ExportTraceServiceResponse`` in the request's encoding; spans refused
+individually (invalid ids) are reported in ``partial_success``. Failures carry a ``google.rpc.Status``:
+400 for bad data (not retryable), 413 for a body over the limit, 415 for an unsupported content type
+or encoding, and 429 with ``Retry-After`` when the collector is full (retryable). Over gRPC the same
+overload is ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+import zlib
+from typing import Any, Final
+
+import orjson
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import DecodeError, Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+PROTOBUF: Final = "application/x-protobuf"
+JSON: Final = "application/json"
+
+_FIELD = descriptor_pb2.FieldDescriptorProto
+
+
+class OtlpError(Exception):
+    """A request the collector refuses: the HTTP status, the gRPC code and a one-line reason."""
+
+    def __init__(
+        self, http_status: int, grpc_code: int, message: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.grpc_code = grpc_code
+        self.message = message
+        self.retry_after = retry_after
+
+
+def bad_request(message: str) -> OtlpError:
+    return OtlpError(400, code_pb2.INVALID_ARGUMENT, message)
+
+
+def too_large(message: str) -> OtlpError:
+    return OtlpError(413, code_pb2.INVALID_ARGUMENT, message)
+
+
+def overloaded(message: str, retry_after: float = 1.0) -> OtlpError:
+    return OtlpError(429, code_pb2.RESOURCE_EXHAUSTED, message, retry_after)
+
+
+# --- lazy message types ---------------------------------------------------------------------------------
+def _build_lazy_types() -> tuple[type[Message], type[Message]]:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="tailcut/collector/lazy_otlp.proto", package="tailcut.collector.lazy", syntax="proto3"
+    )
+    optional, repeated = _FIELD.LABEL_OPTIONAL, _FIELD.LABEL_REPEATED
+
+    def message(name: str, fields: list[tuple[str, int, int, int, str]]) -> descriptor_pb2.DescriptorProto:
+        proto = file.message_type.add(name=name)
+        for field_name, number, type_, label, type_name in fields:
+            field = proto.field.add(name=field_name, number=number, type=type_, label=label)
+            if type_name:
+                field.type_name = type_name
+        return proto
+
+    span = message(
+        "Span",
+        [
+            ("trace_id", 1, _FIELD.TYPE_BYTES, optional, ""),
+            ("span_id", 2, _FIELD.TYPE_BYTES, optional, ""),
+            ("parent_span_id", 4, _FIELD.TYPE_BYTES, optional, ""),
+            ("name", 5, _FIELD.TYPE_BYTES, optional, ""),
+            ("start_time_unix_nano", 7, _FIELD.TYPE_FIXED64, optional, ""),
+            ("end_time_unix_nano", 8, _FIELD.TYPE_FIXED64, optional, ""),
+            ("attributes", 9, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.Span.AttributesEntry"),
+            ("status", 15, _FIELD.TYPE_MESSAGE, optional, ".tailcut.collector.lazy.Status"),
+        ],
+    )
+    entry = span.nested_type.add(name="AttributesEntry")
+    entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=optional)
+    entry.field.add(name="value", number=2, type=_FIELD.TYPE_BYTES, label=optional)
+    entry.options.map_entry = True
+    message("Status", [("code", 3, _FIELD.TYPE_INT32, optional, "")])
+    message(
+        "ScopeSpans",
+        [("scope", 1, _FIELD.TYPE_BYTES, optional, ""), ("spans", 2, _FIELD.TYPE_BYTES, repeated, "")],
+    )
+    message(
+        "ResourceSpans",
+        [
+            ("resource", 1, _FIELD.TYPE_BYTES, optional, ""),
+            ("scope_spans", 2, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.ScopeSpans"),
+        ],
+    )
+    message(
+        "Request",
+        [("resource_spans", 1, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.ResourceSpans")],
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    classes = message_factory.GetMessageClassesForFiles([file.name], pool)
+    return classes["tailcut.collector.lazy.Request"], classes["tailcut.collector.lazy.Span"]
+
+
+#: ``ExportTraceServiceRequest`` framed down to per-span ``bytes`` (see the module docstring).
+FramedRequest, SpanFacts = _build_lazy_types()
+
+
+# --- AnyValue bytes ---------------------------------------------------------------------------------------
+_STRING_TAG: Final = 0x0A  # AnyValue.string_value, field 1, length-delimited
+_BOOL_TAG: Final = 0x10  # field 2, varint
+_INT_TAG: Final = 0x18  # field 3, varint
+_DOUBLE_TAG: Final = 0x21  # field 4, fixed64
+_DOUBLE: Final = struct.Struct("<d")
+
+
+def any_value(raw: bytes) -> Any:
+    """Decode an encoded ``AnyValue`` holding a string, bool, int or double (else None).
+
+    These four kinds cover everything policies and signals read; arrays, maps and bytes return None.
+    """
+    if not raw:
+        return None
+    tag = raw[0]
+    if tag == _STRING_TAG:
+        length, start = _varint(raw, 1)
+        return raw[start : start + length].decode("utf-8", "replace")
+    if tag == _INT_TAG:
+        value, _ = _varint(raw, 1)
+        return value - (1 << 64) if value >= 1 << 63 else value
+    if tag == _DOUBLE_TAG and len(raw) >= 9:
+        return _DOUBLE.unpack_from(raw, 1)[0]
+    if tag == _BOOL_TAG and len(raw) >= 2:
+        return raw[1] != 0
+    return None
+
+
+def any_int(raw: bytes | None) -> int:
+    """An integer attribute's value (0 when absent or not an integer); a double is truncated."""
+    if not raw:
+        return 0
+    if raw[0] == _INT_TAG:
+        size = len(raw)
+        if size == 2:  # the varint's length decides the value's range; short ones are unrolled
+            return raw[1]
+        if size == 3:
+            return (raw[1] & 0x7F) | raw[2] << 7
+        if size == 4:
+            return (raw[1] & 0x7F) | (raw[2] & 0x7F) << 7 | raw[3] << 14
+        value, _ = _varint(raw, 1)
+        return value - (1 << 64) if value >= 1 << 63 else value
+    if raw[0] == _DOUBLE_TAG and len(raw) >= 9:
+        return int(_DOUBLE.unpack_from(raw, 1)[0])
+    return 0
+
+
+def _varint(raw: bytes, position: int) -> tuple[int, int]:
+    result = shift = 0
+    while position < len(raw):
+        byte = raw[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, position
+        shift += 7
+    return result, position
+
+
+def encode_string_value(text: str) -> bytes:
+    """The encoded ``AnyValue`` of a string (to compare raw attribute values without decoding them)."""
+    data = text.encode()
+    return bytes((_STRING_TAG,)) + _encode_varint(len(data)) + data
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+# --- request bodies -----------------------------------------------------------------------------------------
+def content_kind(content_type: str) -> str:
+    """``PROTOBUF`` or ``JSON`` for a ``Content-Type`` header value, else raise 415."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in (PROTOBUF, "application/protobuf"):
+        return PROTOBUF
+    if media == JSON:
+        return JSON
+    raise OtlpError(
+        415, code_pb2.INVALID_ARGUMENT, f"unsupported Content-Type {content_type!r}; use {PROTOBUF} or {JSON}"
+    )
+
+
+def decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes | bytearray:
+    """The body after ``Content-Encoding`` (gzip, deflate or none), refused with 413 past ``limit`` bytes."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return body
+    if name in ("gzip", "x-gzip"):
+        wbits = 16 + zlib.MAX_WBITS
+    elif name == "deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        raise OtlpError(
+            415, code_pb2.INVALID_ARGUMENT, f"unsupported Content-Encoding {encoding!r}; use gzip"
+        )
+    parts: list[bytes] = []
+    size = 0
+    data = bytes(body)
+    try:
+        while data:  # gzip allows several members back to back
+            inflater = zlib.decompressobj(wbits)
+            chunk = inflater.decompress(data, limit - size + 1)
+            size += len(chunk)
+            if size > limit or inflater.unconsumed_tail:
+                raise too_large(f"request body exceeds {limit} bytes after decompression")
+            if not inflater.eof:
+                raise bad_request(f"truncated {name} body")
+            parts.append(chunk)
+            data = inflater.unused_data
+    except zlib.error as exc:
+        raise bad_request(f"malformed {name} body: {exc}") from None
+    return b"".join(parts)
+
+
+_ID_FIELDS: Final = {
+    "traceId": 16,
+    "trace_id": 16,
+    "spanId": 8,
+    "span_id": 8,
+    "parentSpanId": 8,
+    "parent_span_id": 8,
+}
+
+
+def json_to_protobuf(body: bytes | bytearray) -> bytes:
+    """An OTLP/JSON request re-encoded as protobuf, so both encodings share one ingest path.
+
+    OTLP/JSON writes trace and span ids as hex (not protobuf-JSON's base64); they are converted before
+    ``json_format`` parses the rest. Unknown fields are ignored, as the specification requires.
+    """
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"malformed JSON body: {exc}") from None
+    if not isinstance(document, dict):
+        raise bad_request("malformed JSON body: expected an object with resourceSpans")
+    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+            for span in _list(scope_spans, "spans"):
+                _hex_ids_to_base64(span)
+                for link in _list(span, "links"):
+                    _hex_ids_to_base64(link)
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise bad_request(f"malformed OTLP/JSON body: {exc}") from None
+    return request.SerializeToString()
+
+
+def _list(container: Any, *keys: str) -> list[Any]:
+    if not isinstance(container, dict):
+        return []
+    for key in keys:
+        value = container.get(key)
+        if isinstance(value, list):
+            return value
+    return []
+
+
+def _hex_ids_to_base64(item: Any) -> None:
+    if not isinstance(item, dict):
+        return
+    for key, size in _ID_FIELDS.items():
+        value = item.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        try:
+            raw = binascii.unhexlify(value)
+        except (binascii.Error, ValueError):
+            raise bad_request(f"malformed OTLP/JSON body: {key} {value!r} is not hex") from None
+        if len(raw) != size:
+            raise bad_request(f"malformed OTLP/JSON body: {key} {value!r} is not {size} bytes of hex")
+        item[key] = base64.b64encode(raw).decode()
+
+
+def parse_framed(body: bytes | bytearray) -> Message:
+    """Frame a protobuf request (see :data:`FramedRequest`), or raise 400."""
+    try:
+        return FramedRequest.FromString(body)
+    except DecodeError as exc:
+        raise bad_request(f"malformed protobuf body: {exc}") from None
+
+
+# --- responses ----------------------------------------------------------------------------------------------
+def export_response(kind: str, rejected: int = 0, message: str = "") -> bytes:
+    """An ``ExportTraceServiceResponse``, with ``partial_success`` when spans were refused."""
+    response = trace_service_pb2.ExportTraceServiceResponse()
+    if rejected or message:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if kind == JSON:
+        return json_format.MessageToJson(response, indent=None).encode()
+    return response.SerializeToString()
+
+
+def status_message(code: int, message: str, retry_after: float | None = None) -> status_pb2.Status:
+    """A ``google.rpc.Status``, with a ``RetryInfo`` detail when a retry delay is given."""
+    status = status_pb2.Status(code=code, message=message)
+    if retry_after is not None:
+        status.details.add().Pack(retry_info(retry_after))
+    return status
+
+
+def retry_info(seconds: float) -> error_details_pb2.RetryInfo:
+    whole = int(seconds)
+    return error_details_pb2.RetryInfo(
+        retry_delay=Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
+    )
+
+
+def status_body(kind: str, error: OtlpError) -> bytes:
+    status = status_message(error.grpc_code, error.message, error.retry_after)
+    if kind == JSON:
+        return json_format.MessageToJson(status, indent=None).encode()
+    return status.SerializeToString()

@@ -1,0 +1,299 @@
+"""The collector's trace signals (read lazily from span bytes) agree with tailcut.exporters' for any trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from tailcut.collector._facts import buffered_span, root_facts
+from tailcut.collector._otlp import SpanFacts
+from tailcut.collector._signals import SignalTally, compute_signals
+from tailcut.exporters import compute_signals as reference_signals
+from tailcut.exporters import facts_from_otlp
+
+TRACE_ID = bytes(range(1, 17))
+ARGUMENTS = ['{"q":"refund"}', '{"q":"order 7"}', '{"id":3}']
+SHAPES = [
+    "tailcut_llm",
+    "tailcut_tool",
+    "tailcut_agent",
+    "tailcut_chain",
+    "oi_llm",
+    "oi_tool",
+    "genai_tool",
+    "other",
+]
+
+
+def kv(key: str, value: object) -> KeyValue:
+    if isinstance(value, bool):
+        return KeyValue(key=key, value=AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+
+def attributes_for(shape: str, draw: st.DrawFn) -> dict[str, object]:
+    tokens = st.integers(0, 5000)
+    if shape == "tailcut_llm":
+        return {
+            "tailcut.kind": "llm",
+            "gen_ai.usage.input_tokens": draw(tokens),
+            "gen_ai.usage.output_tokens": draw(tokens),
+            "tailcut.schema_violations": draw(st.integers(0, 2)),
+        }
+    if shape == "tailcut_tool":
+        tool = draw(st.sampled_from(["search", "lookup"]))
+        arguments = draw(st.sampled_from(ARGUMENTS))
+        out: dict[str, object] = {
+            "tailcut.kind": "tool",
+            "tailcut.boundary": f"tool:{tool}",
+            "tailcut.request.sha256": f"sha-{tool}-{arguments}",
+        }
+        attempt = draw(st.sampled_from([None, 1, 2]))
+        if attempt is not None:
+            out["tailcut.attempt"] = attempt
+        return out
+    if shape in ("tailcut_agent", "tailcut_chain"):
+        return {"tailcut.kind": shape.split("_")[1]}
+    if shape == "oi_llm":
+        return {
+            "openinference.span.kind": "LLM",
+            "llm.token_count.prompt": draw(tokens),
+            "llm.token_count.completion": draw(tokens),
+        }
+    if shape == "oi_tool":
+        return {
+            "openinference.span.kind": "TOOL",
+            "tool.name": draw(st.sampled_from(["search", "lookup"])),
+            "tool_call.function.arguments": draw(st.sampled_from(ARGUMENTS)),
+        }
+    if shape == "genai_tool":
+        return {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": draw(st.sampled_from(["search", "lookup"])),
+            "gen_ai.tool.call.arguments": draw(st.sampled_from(ARGUMENTS)),
+        }
+    return {"http.method": "GET"}
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> list[Span]:
+    count = draw(st.integers(1, 14))
+    ids = [bytes([0, 0, 0, 0, 0, 0, 1, i + 1]) for i in range(count)]
+    has_root = draw(st.booleans())
+    spans = []
+    for i in range(count):
+        if i == 0 and has_root:
+            parent = b""
+            attributes: dict[str, object] = {"tailcut.kind": "root", "tailcut.outcome": "fail"}
+        else:
+            choice = draw(st.integers(-1, i - 1)) if i else -1
+            parent = ids[choice] if choice >= 0 else bytes([9] * 8)  # -1: a parent that never arrives
+            attributes = attributes_for(draw(st.sampled_from(SHAPES)), draw)
+        start = draw(st.integers(0, 10**9))
+        spans.append(
+            Span(
+                trace_id=TRACE_ID,
+                span_id=ids[i],
+                parent_span_id=parent,
+                name=f"span {i}",
+                start_time_unix_nano=start,
+                end_time_unix_nano=start + draw(st.integers(0, 10**9)),
+                attributes=[kv(k, v) for k, v in attributes.items()],
+                status=Status(code=draw(st.sampled_from([0, 1, 2]))),
+            )
+        )
+    order = draw(st.permutations(range(count)))
+    return [spans[i] for i in order]
+
+
+def collector_signals(spans: list[Span]):
+    tally = SignalTally()
+    records = []
+    for span in spans:
+        data = span.SerializeToString()
+        lazy = SpanFacts.FromString(data)
+        records.append(
+            buffered_span(lazy, lazy.attributes, lazy.span_id, lazy.parent_span_id, data, None, tally)
+        )
+    return compute_signals(records, tally)
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces())
+def test_signals_match_the_exporters_definition(spans):
+    mine = collector_signals(spans)
+    reference = reference_signals(facts_from_otlp(span, "svc") for span in spans)
+    assert (
+        mine.span_count,
+        mine.llm_calls,
+        mine.tool_calls,
+        mine.error_count,
+        mine.input_tokens,
+        mine.output_tokens,
+        mine.max_tool_repeat,
+        mine.schema_violations,
+        mine.max_depth,
+        mine.orphan_count,
+        mine.start_ns,
+        mine.end_ns,
+    ) == (
+        reference.span_count,
+        reference.llm_calls,
+        reference.tool_calls,
+        reference.errors,
+        reference.input_tokens,
+        reference.output_tokens,
+        reference.max_tool_repeat,
+        reference.schema_violations,
+        reference.depth,
+        reference.orphan_count,
+        reference.start_ns,
+        reference.end_ns,
+    )
+
+
+def test_nested_model_call_counts_once():
+    outer = Span(
+        trace_id=TRACE_ID,
+        span_id=b"\x01" * 8,
+        name="llm",
+        attributes=[kv("tailcut.kind", "llm"), kv("gen_ai.usage.input_tokens", 10)],
+        status=Status(code=2),
+    )
+    inner = Span(
+        trace_id=TRACE_ID,
+        span_id=b"\x02" * 8,
+        parent_span_id=b"\x01" * 8,
+        name="anthropic",
+        attributes=[kv("gen_ai.provider.name", "anthropic"), kv("gen_ai.usage.input_tokens", 10)],
+        status=Status(code=2),
+    )
+    signals = collector_signals([inner, outer])
+    assert (signals.llm_calls, signals.input_tokens, signals.error_count, signals.max_depth) == (1, 10, 1, 1)
+
+
+def test_tool_loop_counts_identical_first_attempts_only():
+    def tool(i: int, arguments: str, attempt: int) -> Span:
+        return Span(
+            trace_id=TRACE_ID,
+            span_id=bytes([i]) * 8,
+            name="execute_tool search",
+            attributes=[
+                kv("tailcut.kind", "tool"),
+                kv("tailcut.boundary", "tool:search"),
+                kv("tailcut.request.sha256", arguments),
+                kv("tailcut.attempt", attempt),
+            ],
+        )
+
+    spans = [tool(1, "a", 1), tool(2, "a", 2), tool(3, "a", 1), tool(4, "b", 1), tool(5, "a", 1)]
+    signals = collector_signals(spans)
+    assert (signals.tool_calls, signals.max_tool_repeat) == (4, 3)
+
+
+def test_root_facts_carry_the_run():
+    root = Span(
+        trace_id=TRACE_ID,
+        span_id=b"\x01" * 8,
+        name="support-agent",
+        attributes=[
+            kv("tailcut.kind", "root"),
+            kv("tailcut.outcome", "fail"),
+            kv("tailcut.harness.revision", "h7"),
+            kv("gen_ai.agent.name", "support"),
+            KeyValue(key="tailcut.outcome.score", value=AnyValue(double_value=0.25)),
+        ],
+    )
+    facts = root_facts(SpanFacts.FromString(root.SerializeToString()))
+    assert facts.name == "support-agent"
+    assert facts.values == {
+        "outcome": "fail",
+        "outcome_score": 0.25,
+        "harness_revision": "h7",
+        "agent_name": "support",
+    }
+
+
+@pytest.mark.parametrize("arguments", ARGUMENTS)
+def test_argument_vocabulary_is_canonical_json(arguments):
+    # Generated third-party arguments are canonical: raw-text identity equals the exporters' hash identity.
+    assert json.dumps(json.loads(arguments), separators=(",", ":"), sort_keys=True) == arguments
+
+
+def test_trace_row_fields_follow_the_traces_schema():
+    from tailcut.collector._rows import TraceRow
+    from tailcut.exporters import schema
+
+    assert TraceRow._fields == tuple(schema.TRACES.names)
+
+
+def test_traces_row_agrees_with_the_exporters_row(tmp_path):
+    from tailcut.exporters import traces_row
+    from tests.test_collector_helpers import KEEP_ERRORS, export_request, rows, span, start_collector
+
+    trace_id = bytes(range(40, 56))
+    root_id = b"\x01" * 8
+    spans = [
+        span(
+            trace_id, b"\x02" * 8, root_id, name="plan", tailcut__kind="agent", gen_ai__agent__name="planner"
+        ),
+        span(
+            trace_id,
+            b"\x03" * 8,
+            b"\x02" * 8,
+            name="chat",
+            tailcut__kind="llm",
+            gen_ai__usage__input_tokens=7,
+        ),
+        span(trace_id, b"\x04" * 8, b"\x09" * 8, name="lost parent", error=True),
+        span(
+            trace_id,
+            root_id,
+            name="support-run",
+            start_ns=1_700_000_000_000_000_000 - 5_000_000,
+            duration_ns=50_000_000,
+            tailcut__kind="root",
+            tailcut__outcome="fail",
+            tailcut__outcome__score=0.25,
+            tailcut__harness__revision="h1",
+            tailcut__env__revision="e2",
+            tailcut__prompt__version="v3",
+        ),
+    ]
+    collector = start_collector(tmp_path, policies=KEEP_ERRORS)
+    try:
+        collector.processor.ingest(export_request(spans[:3], service="worker"), "http")
+        collector.processor.ingest(export_request(spans[3:], service="front"), "http")
+    finally:
+        collector.stop()
+    (mine,) = rows(tmp_path / "data", "traces")
+    facts = [facts_from_otlp(s, "worker") for s in spans[:3]] + [facts_from_otlp(spans[3], "front")]
+    expected = traces_row(reference_signals(facts), kept=True, decision_reason="shutdown")
+    for column in (
+        "trace_id",
+        "service_name",
+        "root_name",
+        "agent_name",
+        "duration_ms",
+        "span_count",
+        "error_count",
+        "llm_calls",
+        "input_tokens",
+        "max_depth",
+        "orphan_count",
+        "has_root",
+        "outcome",
+        "outcome_score",
+        "harness_revision",
+        "env_revision",
+        "prompt_version",
+    ):
+        assert mine[column] == expected[column], column
+    assert mine["start_time"].timestamp() * 1e9 == pytest.approx(expected["start_time"], abs=1000)
