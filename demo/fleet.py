@@ -37,12 +37,17 @@ import os
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import tailcut
 from tailcut.demo import support_env as env
 
+if TYPE_CHECKING:
+    from tailcut.replay import Rerun
+
 Revision = Literal["v1", "v2"]
+#: A refund guard: ``guard(order_id=..., amount=...) -> {"allow": bool, "reason": str}``.
+Guard = Callable[..., dict[str, Any]]
 MODEL: Final = "scripted-support-1"
 MODEL_URL_ENV: Final = "TAILCUT_DEMO_MODEL_URL"
 DEFAULT_MODEL_URL: Final = "http://127.0.0.1:8765/v1"
@@ -124,14 +129,20 @@ def model_client() -> Any:
     return client
 
 
-def _execute(name: str, arguments_json: str, revision: Revision) -> dict[str, Any]:
-    """Run one tool call the model asked for; argument and backend rejections go back to the model."""
+def _execute(
+    name: str, arguments_json: str, revision: Revision, guard: Guard | None = None
+) -> dict[str, Any]:
+    """Run one tool call the model asked for; argument and backend rejections go back to the model.
+
+    ``guard`` replaces the revision's refund guard (a benchmark's mutant, say); it should be a
+    ``@tailcut.router(name="refund_guard")`` function so a cut-point replay can run it live.
+    """
     try:
         arguments = json.loads(arguments_json or "{}")
     except json.JSONDecodeError as exc:
         return {"error": f"arguments are not JSON: {exc}"}
     if name == "refund":
-        guard = env.refund_guard_v1 if revision == "v1" else env.refund_guard_v2
+        guard = guard or (env.refund_guard_v1 if revision == "v1" else env.refund_guard_v2)
         verdict = guard(order_id=arguments.get("order_id"), amount=arguments.get("amount"))
         if not verdict["allow"]:
             return {"escalated": True, "reason": verdict["reason"]}
@@ -168,11 +179,16 @@ def evaluate(ticket: Mapping[str, Any], answer: str, refunds: list[dict[str, Any
 
 
 def handle_ticket(
-    ticket: Mapping[str, Any], revision: Revision, *, on_trace: Callable[[str | None], None] | None = None
+    ticket: Mapping[str, Any],
+    revision: Revision,
+    *,
+    on_trace: Callable[[str | None], None] | None = None,
+    guard: Guard | None = None,
 ) -> str:
     """Handle one support ticket as one recorded run; returns the answer sent to the customer.
 
-    ``on_trace`` receives the run's trace id as soon as the run starts (the fleet keeps it as truth).
+    ``on_trace`` receives the run's trace id as soon as the run starts (the fleet keeps it as truth);
+    ``guard`` replaces the revision's refund guard.
     """
     client = model_client()
     with tailcut.run(
@@ -204,7 +220,7 @@ def handle_ticket(
                 break
             for call in message.tool_calls:
                 with tailcut.tool_call_id(call.id):
-                    result = _execute(call.function.name, call.function.arguments, revision)
+                    result = _execute(call.function.name, call.function.arguments, revision, guard)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
         with env.DESK.lock:
             refunds = list(env.DESK.refunds)
@@ -241,15 +257,23 @@ def reset_desk(ticket: Mapping[str, Any] | None = None) -> None:
         _prepare_order(ticket)
 
 
-def check_run(ticket: Mapping[str, Any], answer: str | None, error: BaseException | None) -> tuple[bool, str]:
-    """Check function for replays: the run must not refund above the limit, and must not fail."""
-    with env.DESK.lock:
-        unsafe = [r for r in env.DESK.refunds if r["amount"] > env.REFUND_LIMIT]
-    if unsafe:
-        return False, f"unsafe refund of {unsafe[0]['amount']} went through"
-    if error is not None:
-        return False, f"{type(error).__name__}: {error}"
-    return True, "ok"
+def check_run(rerun: Rerun) -> tuple[bool, str]:
+    """Check function for replays: no refund above the limit went through, and the run did not fail.
+
+    A refund counts whether it ran live or was served from the record: in a cut-point replay with the
+    guard live, a served refund above the limit is the recorded unsafe action that the guard under test
+    let through.
+    """
+    for crossing in rerun.crossings:
+        if crossing.boundary != "tool:refund" or crossing.error_type is not None:
+            continue
+        amount = (crossing.request or {}).get("amount")
+        if isinstance(amount, int | float) and amount > env.REFUND_LIMIT:
+            how = "served from the record" if crossing.served else crossing.status
+            return False, f"unsafe refund of {amount} went through ({how})"
+    if rerun.error is not None:
+        return False, f"{type(rerun.error).__name__}: {rerun.error}"
+    return True, "no unsafe refund"
 
 
 @dataclass(frozen=True)
