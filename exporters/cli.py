@@ -1,12 +1,19 @@
-"""The exporters' commands: ``tailcut ingest``."""
+"""The exporters' commands: ``tailcut ingest`` and ``tailcut export-corpus``."""
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
+from typing import Any
 
 import click
 
 from tailcut.errors import TailcutError
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+#: Why an exported trace is in its corpus (the manifest says so for every trace).
+EXPORT_REASON = "exported by id"
 
 #: Show a progress bar (on a terminal) from this much input on, or for several files.
 _PROGRESS_BYTES = 16 * 1024 * 1024
@@ -78,3 +85,81 @@ def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: 
         click.echo(f"skipped {report.skipped} bad record(s); first: {report.problems[0]}")
     if report.payloads_missing:
         click.echo(f"{report.payloads_missing} offloaded payload(s) were not found in the payload stores")
+
+
+@click.command("export-corpus")
+@click.option(
+    "--data",
+    "data_dir",
+    required=True,
+    type=click.Path(file_okay=False, exists=True, path_type=str),
+    help="The data dir the traces were written to.",
+)
+@click.option(
+    "--trace",
+    "trace_ids",
+    multiple=True,
+    required=True,
+    metavar="ID",
+    help="A trace to export, 32 hex characters (repeatable).",
+)
+@click.option("--out", required=True, type=click.Path(path_type=str), help="The corpus directory to create.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
+def export_corpus(data_dir: str, trace_ids: tuple[str, ...], out: str, overwrite: bool) -> None:
+    """Write the given traces of a data dir as a replay corpus.
+
+    Each trace keeps its inclusion probability and baseline membership from the data dir's traces
+    table. A trace that cannot be replayed (missing spans or payloads, content capture off) is listed
+    in the manifest with the reason, never dropped. Python twin: tailcut.exporters.corpus.write_corpus.
+    """
+    from tailcut.exporters.corpus import Selection, write_corpus
+
+    ids = [trace_id.strip().lower() for trace_id in trace_ids]
+    bad = next((t for t in ids if not _TRACE_ID.match(t)), None)
+    if bad is not None:
+        raise click.ClickException(f"--trace {bad!r} is not a trace id (32 hex characters)")
+    try:
+        sampling = _sampling(Path(data_dir), ids)
+        selections = [
+            Selection(
+                trace_id,
+                EXPORT_REASON,
+                inclusion_probability=sampling.get(trace_id, {}).get("inclusion_probability", 1.0),
+                baseline=sampling.get(trace_id, {}).get("baseline", False),
+            )
+            for trace_id in dict.fromkeys(ids)
+        ]
+        summary = write_corpus(data_dir, selections, out, overwrite=overwrite)
+    except TailcutError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"wrote corpus {summary.path}: {summary.runs} run(s), {summary.envelopes} boundary crossing(s)"
+    )
+    for trace_id, why in summary.not_replayable.items():
+        click.echo(f"not replayable: {trace_id}: {why}")
+
+
+def _sampling(data_dir: Path, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """π and baseline membership of each trace, from its latest row in the data dir's ``traces`` table."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from tailcut.exporters import schema
+    from tailcut.exporters._errors import DataDirError
+
+    traces_dir = data_dir / "traces"
+    if not traces_dir.is_dir():
+        return {}
+    try:
+        dataset = ds.dataset(traces_dir, format="parquet", partitioning="hive", schema=schema.TRACES)
+        table = dataset.to_table(
+            columns=["trace_id", "inclusion_probability", "baseline", "decided_at"],
+            filter=ds.field("trace_id").isin(trace_ids),
+        )
+    except (OSError, pa.ArrowException) as exc:
+        raise DataDirError(f"cannot read the traces table of {data_dir}: {exc}") from None
+    latest_last = table.sort_by([("decided_at", "ascending")]).drop_columns(["decided_at"])
+    found: dict[str, dict[str, Any]] = {}
+    for row in latest_last.to_pylist():
+        found[row["trace_id"]] = row  # a later decision about the same trace wins
+    return found

@@ -1,1 +1,38 @@
-"""placeholder"""
+"""Replay recorded agent runs: recorded, live and cut-point, with honest rates.
+
+A corpus (``tailcut export-corpus`` or ``tailcut select``) holds recorded runs and every boundary
+crossing of each. A :func:`session` replays one run around the agent under test; :func:`run_replay`
+(``tailcut replay``) reruns a whole corpus n times, judges each rerun and reports each trace as a rate
+with its denominator and its mode, e.g. ``intermittent 3/10 (live)``.
+
+Examples
+--------
+::
+
+    from tailcut import replay
+
+    report = replay.run_replay(
+        "corpus", "tailcut.demo.fleet:agent_v2", mode="cut", live=["router:refund_guard"],
+        reset="tailcut.demo.fleet:reset_desk", check="tailcut.demo.fleet:check_run", n=5,
+    )
+    print("\\n".join(report.summary_lines()))
+"""
+
+from tailcut.replay._corpus import Corpus, load_corpus
+from tailcut.replay._divergence import DivergenceRecord
+from tailcut.replay._modes import ReplayMode
+from tailcut.replay._rerun import Rerun
+from tailcut.replay._runner import ReplayReport, run_replay
+from tailcut.replay._session import ReplaySession, session
+
+__all__ = [
+    "Corpus",
+    "DivergenceRecord",
+    "ReplayMode",
+    "ReplayReport",
+    "ReplaySession",
+    "Rerun",
+    "load_corpus",
+    "run_replay",
+    "session",
+]

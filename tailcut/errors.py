@@ -42,3 +42,11 @@ class RecordedError(TailcutError):
         super().__init__(f"{error_type}: {message}" if message else error_type)
         self.error_type = error_type
         self.message = message
+
+
+class ReplayError(TailcutError, ValueError):
+    """A replay cannot run as asked (bad option, unknown trace or boundary, unimportable entry point)."""
+
+
+class CorpusError(ReplayError):
+    """A replay corpus is refused: bad or missing manifest, unknown schema version, or a hash mismatch."""

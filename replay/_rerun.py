@@ -1,0 +1,172 @@
+"""One rerun of a recorded run, what a check function sees of it, and how it is judged.
+
+What "passed" means depends on the mode, because each mode proves something different (seed
+``000_665ba71824ebdc6b.txt``):
+
+``recorded``
+    The check passes **and** the rerun did not diverge from its record at all. The default check asks
+    that the rerun reproduce the recorded outcome (``tailcut.outcome`` on the new root span equals the
+    recorded one). Passing shows the record is complete and the agent follows it; it says nothing about
+    whether the behaviour happens today.
+``live``
+    The check passes; by default, the recorded outcome happened again, for real. Divergences are not
+    looked for. A live rerun that made no live crossing is flagged *not live*.
+``cut``
+    The check passes. Divergences are reported (upstream, or downstream of the live boundary) but do not
+    decide: the code under test is expected to change the path. Give a check that judges the cut, e.g.
+    "no unsafe refund went through, served or live"; the default only says whether the recorded outcome
+    reproduced.
+
+In every mode a rerun stopped by a divergence (``on_divergence="stop"``) does not pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailcut.canonical import canonical_json, sha256_hex
+from tailcut.errors import CanonicalEncodingError
+from tailcut.interceptor import exception_type_name
+from tailcut.replay._divergence import DivergenceRecord
+from tailcut.replay._modes import ReplayMode
+from tailcut.replay._session import ReplayedCrossing
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """One rerun of a recorded run: what a check function judges.
+
+    Attributes
+    ----------
+    trace_id : str
+        The recorded run.
+    mode : ReplayMode
+    index : int
+        1-based number of this rerun of the trace.
+    input : Any
+        The decoded run input the agent was called with.
+    output : Any
+        What the agent returned (None if it raised).
+    error : BaseException or None
+        What the agent raised.
+    crossings : tuple of ReplayedCrossing
+        Every boundary crossing in start order: boundary, occurrence, decoded ``request``, and whether it
+        was ``served`` or ran ``live``.
+    divergences : tuple of DivergenceRecord
+        Every divergence, first first.
+    outcome, recorded_outcome : str or None
+        ``tailcut.outcome`` of the rerun's root span, and of the recorded run.
+    live_counts, served_counts : Mapping[str, int]
+        Crossings per kind that ran live / were served.
+    stopped_by : DivergenceRecord or None
+        The divergence that stopped the run, if one did.
+    harness_revision : str or None
+        The harness revision the rerun ran under.
+    started_at : datetime
+    duration_ms : float
+    """
+
+    trace_id: str
+    mode: ReplayMode
+    index: int
+    input: Any
+    output: Any
+    error: BaseException | None
+    crossings: tuple[ReplayedCrossing, ...]
+    divergences: tuple[DivergenceRecord, ...]
+    outcome: str | None
+    recorded_outcome: str | None
+    live_counts: Mapping[str, int] = field(default_factory=dict)
+    served_counts: Mapping[str, int] = field(default_factory=dict)
+    stopped_by: DivergenceRecord | None = None
+    harness_revision: str | None = None
+    started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    duration_ms: float = 0.0
+
+    @property
+    def live_crossings(self) -> int:
+        return sum(self.live_counts.values())
+
+    @property
+    def served_crossings(self) -> int:
+        return sum(self.served_counts.values())
+
+    @property
+    def not_live(self) -> bool:
+        """A live rerun that made no live crossing: it was not live."""
+        return self.mode is ReplayMode.LIVE and self.live_crossings == 0
+
+    @property
+    def first_divergence(self) -> DivergenceRecord | None:
+        return self.divergences[0] if self.divergences else None
+
+    @property
+    def error_text(self) -> str | None:
+        """``error.type: message`` of what the agent raised, on one line."""
+        if self.error is None:
+            return None
+        message = " ".join(str(self.error).split())
+        return f"{exception_type_name(self.error)}: {message}" if message else exception_type_name(self.error)
+
+    def fingerprint(self) -> str:
+        """A hash of what a bit-stable replay repeats exactly: crossings, output, error and outcome.
+
+        Crossings are compared as a multiset (numbering aside), so parallel calls that start in another
+        order but are each served their own record do not count as a change.
+        """
+        crossings = sorted((canonical_json(list(c.identity())) for c in self.crossings), key=str)
+        try:
+            output = canonical_json(self.output)
+        except CanonicalEncodingError:
+            output = repr(self.output)
+        return sha256_hex(canonical_json([crossings, output, self.error_text, self.outcome]))
+
+
+#: A check function: judges a rerun, returning ``passed`` or ``(passed, message)``.
+Check = Callable[[Rerun], "bool | tuple[bool, str]"]
+
+
+def reproduces_outcome(rerun: Rerun) -> tuple[bool, str]:
+    """The default check: the rerun ends with the outcome the recorded run had."""
+    if rerun.outcome == rerun.recorded_outcome:
+        return True, f"outcome {rerun.recorded_outcome or '(none)'} reproduced"
+    return False, f"outcome {rerun.outcome or '(none)'}; the record says {rerun.recorded_outcome or '(none)'}"
+
+
+def judge(rerun: Rerun, check: Check | None) -> tuple[bool, str]:
+    """Whether ``rerun`` passed in its mode (see the module docstring), and why."""
+    if rerun.stopped_by is not None:
+        return False, f"stopped at divergence: {rerun.stopped_by}"
+    passed, message = _run_check(check or reproduces_outcome, rerun)
+    if rerun.mode is ReplayMode.RECORDED and rerun.divergences:
+        return False, f"{message}; diverged: {rerun.divergences[0]}"
+    return passed, message
+
+
+def _run_check(check: Check, rerun: Rerun) -> tuple[bool, str]:
+    try:
+        verdict = check(rerun)
+    except AssertionError as exc:
+        return False, " ".join(str(exc).split()) or "assertion failed"
+    except Exception as exc:
+        return False, f"check raised {exception_type_name(exc)}: {exc}"
+    if isinstance(verdict, tuple):
+        passed, message = verdict
+        return bool(passed), str(message)
+    return bool(verdict), "check passed" if verdict else "check failed"
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    """A judged rerun: one row of the results file."""
+
+    rerun: Rerun
+    passed: bool
+    check_message: str
+
+    @property
+    def trace_id(self) -> str:
+        return self.rerun.trace_id
