@@ -6,7 +6,8 @@ A corpus is what a replay needs and nothing else (DESIGN.md section 6):
   state, original outcome, failure categories, why it was selected and its inclusion probability;
 * ``envelopes.parquet``: one row per boundary crossing, with its full request and response (payloads
   offloaded to the payload store are resolved and their hashes checked), stream events and error;
-* ``manifest.json``: what was selected and why, the schema version, and the sha256 of every file.
+* ``manifest.json``: what was selected and why, the schema version, and the sha256 of every file;
+  ``manifest.sha256`` holds the manifest's own sha256 (``sha256sum`` format).
 
 A trace that cannot be replayed (its root span is missing, a payload the store no longer has, content
 capture was off) is written with ``replayable = false`` and the reason: it is never silently dropped.
@@ -38,6 +39,8 @@ from tailcut.exporters._payloads import data_dir_store, resolve_payload
 from tailcut.payloads import PayloadStore, PayloadStoreError
 
 MANIFEST: Final = "manifest.json"
+#: The sha256 of ``manifest.json`` itself, so a corpus reader can trust the manifest it checks files with.
+MANIFEST_DIGEST: Final = "manifest.sha256"
 RUNS: Final = "runs.parquet"
 ENVELOPES: Final = "envelopes.parquet"
 CORPUS_FORMAT: Final = "tailcut-corpus"
@@ -105,6 +108,7 @@ def _read_spans(data_dir: Path, trace_ids: Sequence[str]) -> pa.Table:
 _SPAN_COLUMNS: Final = [
     "trace_id",
     "span_id",
+    "parent_span_id",
     "name",
     "kind",
     "service_name",
@@ -178,8 +182,12 @@ def _build(
         if run_input is None:
             problems.append(why or "the run's input was not recorded")
     envelopes = []
+    crossings = {
+        s["span_id"]: s for s in spans if s["kind"] in attr.BOUNDARY_KINDS and s["boundary"] is not None
+    }
+    parents = {s["span_id"]: s["parent_span_id"] for s in spans}
     for span in spans:
-        if span["kind"] not in attr.BOUNDARY_KINDS or span["boundary"] is None:
+        if span["span_id"] not in crossings:
             continue
         span_attrs = _attributes(span)
         request, why_request = _resolve(span["request"], span["request_sha256"], stores)
@@ -200,6 +208,7 @@ def _build(
                 "kind": span["kind"],
                 "name": span["name"],
                 "span_id": span["span_id"],
+                "parent_seq": _enclosing_seq(span["span_id"], parents, crossings),
                 "request": request,
                 "request_sha256": span["request_sha256"],
                 "response": response,
@@ -228,6 +237,7 @@ def _build(
         "initial_state": _json_or_text(root_attrs.get(attr.INITIAL_STATE)),
         "outcome": root_attrs.get(attr.OUTCOME),
         "outcome_score": float(score) if score is not None else None,
+        "error_type": root["error_type"] if root else None,
         "categories": list(selection.categories),
         "category": selection.categories[0] if selection.categories else None,
         "inclusion_probability": selection.inclusion_probability,
@@ -239,6 +249,28 @@ def _build(
         "start_time": root["start_time"] if root else None,
     }
     return run, sorted(envelopes, key=lambda e: e["seq"])
+
+
+def _enclosing_seq(
+    span_id: str, parents: Mapping[str, str | None], crossings: Mapping[str, Mapping[str, Any]]
+) -> int | None:
+    """The seq of the nearest boundary crossing above ``span_id`` in the tree (None at the top level)."""
+    seen = {span_id}
+    parent = parents.get(span_id)
+    while parent is not None and parent not in seen:
+        if parent in crossings:
+            return crossings[parent]["seq"]
+        seen.add(parent)
+        parent = parents.get(parent)
+    return None
+
+
+def write_manifest(corpus: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest.json`` and its digest ``manifest.sha256`` (``sha256sum`` format)."""
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    (corpus / MANIFEST).write_text(text, encoding="utf-8")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    (corpus / MANIFEST_DIGEST).write_text(f"{digest}  {MANIFEST}\n", encoding="utf-8")
 
 
 def _write_parquet(rows: list[dict[str, Any]], table_schema: pa.Schema, path: Path) -> None:
@@ -332,9 +364,7 @@ def write_corpus(
                 for name in (RUNS, ENVELOPES)
             },
         }
-        (staging / MANIFEST).write_text(
-            json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
+        write_manifest(staging, manifest)
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)

@@ -157,6 +157,7 @@ CORPUS_RUNS: Final = pa.schema(
         _f("initial_state", JSON),
         _f("outcome", pa.string()),
         _f("outcome_score", pa.float64()),
+        _f("error_type", pa.string()),  # what the run raised (the root span's error.type), null if nothing
         _f("categories", pa.list_(pa.string()), False),  # failure categories found (empty: none)
         _f("category", pa.string()),  # the primary category, or null for a baseline run
         _f("inclusion_probability", pa.float64(), False),
@@ -179,6 +180,9 @@ CORPUS_ENVELOPES: Final = pa.schema(
         _f("kind", pa.string(), False),
         _f("name", pa.string()),
         _f("span_id", pa.string(), False),
+        # the seq of the boundary crossing this one ran inside (a tool that calls a retriever), null at
+        # the top level: serving the outer crossing means the inner ones are not reached
+        _f("parent_seq", pa.int32()),
         _f("request", JSON),
         _f("request_sha256", pa.string()),
         _f("response", JSON),

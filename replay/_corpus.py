@@ -19,7 +19,7 @@ from typing import Any, Final
 from tailcut.canonical import loads
 from tailcut.errors import CorpusError, ReplayError
 from tailcut.exporters import schema
-from tailcut.exporters.corpus import CORPUS_FORMAT, ENVELOPES, MANIFEST, RUNS
+from tailcut.exporters.corpus import CORPUS_FORMAT, ENVELOPES, MANIFEST, MANIFEST_DIGEST, RUNS
 from tailcut.interceptor import Served
 
 #: Schema versions of corpora this reader understands.
@@ -87,6 +87,7 @@ class CorpusRun:
     replayable: bool = True
     not_replayable_reason: str | None = None
     agent_name: str | None = None
+    error_type: str | None = None  # what the recorded run raised, if it raised
 
     @property
     def input(self) -> Any:
@@ -158,6 +159,8 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
     root = Path(path)
     if not root.is_dir():
         raise CorpusError(f"corpus refused: {root} is not a directory; write one with tailcut export-corpus")
+    if verify:
+        _check_manifest_digest(root)
     manifest = _read_manifest(root)
     listed = manifest.get("files")
     if not isinstance(listed, Mapping):
@@ -176,6 +179,19 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
         runs={run.trace_id: run for run in runs},
         _envelopes={trace: tuple(sorted(items, key=lambda e: e.seq)) for trace, items in envelopes.items()},
     )
+
+
+def _check_manifest_digest(root: Path) -> None:
+    """``manifest.sha256`` must hold the sha256 of ``manifest.json`` (the manifest vouches for the rest)."""
+    try:
+        recorded = (root / MANIFEST_DIGEST).read_text(encoding="utf-8").split()[0]
+        actual = hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
+    except (OSError, IndexError, UnicodeDecodeError):
+        raise CorpusError(f"corpus refused: {MANIFEST_DIGEST} is missing or unreadable; {_FIX}") from None
+    if recorded != actual:
+        raise CorpusError(
+            f"corpus refused: {MANIFEST} does not match its sha256 in {MANIFEST_DIGEST}; {_FIX}"
+        )
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:
@@ -261,6 +277,7 @@ def _run(row: Mapping[str, Any]) -> CorpusRun:
         replayable=bool(row["replayable"]),
         not_replayable_reason=row["not_replayable_reason"],
         agent_name=row["agent_name"],
+        error_type=row["error_type"],
     )
 
 

@@ -59,6 +59,8 @@ class Rerun:
         Every divergence, first first.
     outcome, recorded_outcome : str or None
         ``tailcut.outcome`` of the rerun's root span, and of the recorded run.
+    recorded_error_type : str or None
+        What the recorded run raised (its root span's ``error.type``), None when it did not raise.
     live_counts, served_counts : Mapping[str, int]
         Crossings per kind that ran live / were served.
     stopped_by : DivergenceRecord or None
@@ -79,6 +81,7 @@ class Rerun:
     divergences: tuple[DivergenceRecord, ...]
     outcome: str | None
     recorded_outcome: str | None
+    recorded_error_type: str | None = None
     live_counts: Mapping[str, int] = field(default_factory=dict)
     served_counts: Mapping[str, int] = field(default_factory=dict)
     stopped_by: DivergenceRecord | None = None
@@ -130,7 +133,13 @@ Check = Callable[[Rerun], "bool | tuple[bool, str]"]
 
 
 def reproduces_outcome(rerun: Rerun) -> tuple[bool, str]:
-    """The default check: the rerun ends with the outcome the recorded run had."""
+    """The default check: the rerun ends as the recorded run did: it raises when the record raised,
+    and its outcome is the recorded outcome."""
+    raised, recorded_raised = rerun.error is not None, rerun.recorded_error_type is not None
+    if raised != recorded_raised:
+        if recorded_raised:
+            return False, f"the record raised {rerun.recorded_error_type}; the rerun did not"
+        return False, f"the rerun raised {type(rerun.error).__name__}; the record did not"
     if rerun.outcome == rerun.recorded_outcome:
         return True, f"outcome {rerun.recorded_outcome or '(none)'} reproduced"
     return False, f"outcome {rerun.outcome or '(none)'}; the record says {rerun.recorded_outcome or '(none)'}"

@@ -326,6 +326,7 @@ class _Plan:
             divergences=tuple(replay.divergences),
             outcome=replay.outcome,
             recorded_outcome=run.outcome,
+            recorded_error_type=run.error_type,
             live_counts=dict(replay.live_counts),
             served_counts=dict(replay.served_counts),
             stopped_by=replay.stopped_by,

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from tailcut import _config
 from tailcut._threads import thread_context
 from tailcut.exporters import ParquetSpanExporter, schema
-from tailcut.exporters.corpus import Selection, write_corpus
+from tailcut.exporters.corpus import Selection, write_corpus, write_manifest
 from tailcut.payloads import PayloadStore
 
 
@@ -76,23 +76,4 @@ def rewrite_corpus_file(corpus: Path, name: str, table: pa.Table) -> None:
     manifest = json.loads(manifest_path.read_text())
     data = (corpus / name).read_bytes()
     manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-
-
-def add_parent_seq(corpus: Path, data: Path) -> None:
-    """Give each envelope the ``seq`` of the boundary crossing it was made inside (from the span tree)."""
-    spans = ds.dataset(data / "spans", format="parquet", partitioning="hive", schema=schema.SPANS)
-    rows = spans.to_table(columns=["span_id", "parent_span_id", "kind", "seq"]).to_pylist()
-    by_id = {row["span_id"]: row for row in rows}
-
-    def parent_seq(span_id: str) -> int | None:
-        parent = by_id[span_id]["parent_span_id"]
-        while parent in by_id:
-            if by_id[parent]["seq"] is not None and by_id[parent]["kind"] not in ("root", "agent", "chain"):
-                return by_id[parent]["seq"]
-            parent = by_id[parent]["parent_span_id"]
-        return None
-
-    envelopes = pq.read_table(corpus / "envelopes.parquet")
-    column = pa.array([parent_seq(s) for s in envelopes.column("span_id").to_pylist()], pa.int32())
-    rewrite_corpus_file(corpus, "envelopes.parquet", envelopes.append_column("parent_seq", column))
+    write_manifest(corpus, manifest)

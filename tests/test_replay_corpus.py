@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -97,11 +98,35 @@ def test_a_flipped_byte_in_a_data_file_is_refused_naming_the_file(corpus, name, 
     )
 
 
+def _another_digest(digest):
+    """A different digest of the same length (changing the first hex digit, whatever it is)."""
+    return ("1" if digest[0] == "0" else "0") + digest[1:]
+
+
+def _reseal(corpus):
+    """Rewrite manifest.sha256 to match the (edited) manifest, as a consistent forgery would."""
+    digest = hashlib.sha256((corpus / "manifest.json").read_bytes()).hexdigest()
+    (corpus / "manifest.sha256").write_text(f"{digest}  manifest.json\n")
+
+
 def _edit_manifest(corpus, edit):
     path = corpus / "manifest.json"
     manifest = json.loads(path.read_text())
     edit(manifest)
     path.write_text(json.dumps(manifest))
+    _reseal(corpus)
+
+
+def test_a_manifest_that_does_not_match_its_digest_is_refused(corpus):
+    path = corpus / "manifest.json"
+    path.write_text(path.read_text().replace('"created_at": "', '"created_at": "1'))
+    with pytest.raises(
+        CorpusError, match=re.escape("manifest.json does not match its sha256 in manifest.sha256")
+    ):
+        replay.load_corpus(corpus)
+    (corpus / "manifest.sha256").unlink()
+    with pytest.raises(CorpusError, match=re.escape("manifest.sha256 is missing or unreadable")):
+        replay.load_corpus(corpus)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +134,7 @@ def _edit_manifest(corpus, edit):
     [
         (
             lambda m: m["files"]["runs.parquet"].update(
-                sha256="0" + m["files"]["runs.parquet"]["sha256"][1:]
+                sha256=_another_digest(m["files"]["runs.parquet"]["sha256"])
             ),
             "corpus refused: runs.parquet does not match its sha256 in manifest.json",
         ),
@@ -148,10 +173,11 @@ def test_a_missing_unreadable_or_truncated_file_is_refused(corpus, tmp_path):
     with pytest.raises(CorpusError, match=re.escape("envelopes.parquet is not the size manifest.json lists")):
         replay.load_corpus(corpus)
     (corpus / "manifest.json").write_text('{"format": "tailcut-corpus", ')
+    _reseal(corpus)
     with pytest.raises(CorpusError, match=r"^corpus refused: manifest\.json is unreadable \("):
         replay.load_corpus(corpus)
     (corpus / "manifest.json").unlink()
-    with pytest.raises(CorpusError, match=r"^corpus refused: manifest\.json is missing in "):
+    with pytest.raises(CorpusError, match=r"^corpus refused: manifest\.sha256 is missing or unreadable"):
         replay.load_corpus(corpus)
     with pytest.raises(CorpusError, match="is not a directory"):
         replay.load_corpus(tmp_path / "nowhere")

@@ -16,7 +16,7 @@ import pytest
 import tailcut
 from tailcut import replay
 from tailcut.replay import DivergenceRecord
-from tests.replay_support import add_parent_seq, record_corpus
+from tests.replay_support import record_corpus
 
 CALLS: list[str] = []
 STAMPS = itertools.count(1_700_000_000)
@@ -317,12 +317,15 @@ def researcher(question: dict) -> list:
 
 def test_serving_a_crossing_covers_the_crossings_recorded_inside_it(tmp_path):
     corpus, (trace_id,) = record_corpus(tmp_path, [lambda: researcher({"q": 1})])
-    with replay.session(corpus, trace_id, on_divergence="continue") as session:
-        researcher({"q": 1})
-    # Without nesting information the retriever call made inside the served search looks missing.
-    assert [str(d).split(":")[0] for d in session.divergences] == ["missing boundary retriever"]
-
-    add_parent_seq(corpus, tmp_path / "corpus-data")
+    # The corpus records which crossing each ran inside: the retriever call made inside search.
+    envelopes = replay.load_corpus(corpus).envelopes(trace_id)
+    nesting = {(e.boundary, e.occurrence): e.parent_seq for e in envelopes}
+    assert nesting == {
+        ("retriever:kb", 1): None,
+        ("tool:search", 1): None,
+        ("retriever:kb", 2): 2,  # inside tool:search (seq 2)
+        ("retriever:kb", 3): None,
+    }
     CALLS.clear()
     with replay.session(corpus, trace_id) as session:
         output = researcher({"q": 1})
