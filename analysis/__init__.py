@@ -1,1 +1,55 @@
-"""placeholder"""
+"""Analysis of a data dir: DuckDB SQL over span trees, failure classification, selection, statistics.
+
+Examples
+--------
+::
+
+    from rich.console import Console
+    from tailcut.analysis import Dataset, build_report
+
+    data = Dataset("data")
+    findings = data.classify()  # also registers the `findings` table
+    data.sql("SELECT category, layer, count(*) FROM findings GROUP BY ALL")
+    build_report(data).render_terminal(Console())
+"""
+
+from tailcut.analysis import stats
+from tailcut.analysis._classify import CATEGORIES, LAYERS, Thresholds, classify
+from tailcut.analysis._compare import Comparison, compare_by, compare_windows
+from tailcut.analysis._dataset import Dataset
+from tailcut.analysis._errors import (
+    AnalysisError,
+    NoDataError,
+    QueryError,
+    ResultsFileError,
+    UnknownTraceError,
+)
+from tailcut.analysis._estimates import CategoryRate, category_rates
+from tailcut.analysis._report import Report, build_report
+from tailcut.analysis._results import ResultsComparison, compare_results
+from tailcut.analysis._select import CorpusSelection, select_corpus
+
+__all__ = [
+    "CATEGORIES",
+    "LAYERS",
+    "AnalysisError",
+    "CategoryRate",
+    "Comparison",
+    "CorpusSelection",
+    "Dataset",
+    "NoDataError",
+    "QueryError",
+    "Report",
+    "ResultsComparison",
+    "ResultsFileError",
+    "Thresholds",
+    "UnknownTraceError",
+    "build_report",
+    "category_rates",
+    "classify",
+    "compare_by",
+    "compare_results",
+    "compare_windows",
+    "select_corpus",
+    "stats",
+]

@@ -1,0 +1,332 @@
+"""Failure classification: which categories each kept trace shows, where it first shows, and which layer.
+
+Every kept trace (every trace whose spans are in the data dir) is checked for the six categories of
+DESIGN.md section 5. A finding names the **first span that shows it**: the earliest span in causal order,
+found by walking the tree, not the last visible error (a tool that timed out three times is the first
+attempt, not the run that gave up). The rules, with the layer each points to:
+
+======================  ===========================  ============================  ===========================
+category                fires when                   first span                    layer
+======================  ===========================  ============================  ===========================
+``error``               the root span's status is    walking down from the root    by that span's kind: tool,
+                        ERROR                        through ERROR children only:  retriever, embedding,
+                                                     the earliest-starting failed  memory → ``environment``;
+                                                     span with no failed child     llm → ``model``; the run's
+                                                     (the root itself when no      own code (root, agent,
+                                                     child failed)                 chain, router...) →
+                                                                                   ``workflow``
+
+``schema_violation``    a tool call's arguments are  the llm span that emitted     ``prompt``: the model was
+                        not JSON, fail the JSON      the bad call (the earliest,   shown the rule and broke
+                        Schema of that tool as sent  if several)                   it; ``model`` when the
+                        in the same request, or                                    arguments are not JSON;
+                        name a tool the request did                                ``tool_schema`` when the
+                        not offer                                                  tool was not offered, or
+                                                                                   was offered twice with
+                                                                                   different schemas
+
+``schema_drift``        (a) arguments fail the       (a) the llm span whose call   ``tool_schema``
+                        schema the tool enforces     followed the old contract;
+                        (its span's                  (b) the llm span that
+                        ``tailcut.tool.schema``;     emitted the retried call
+                        else the one shown) but are  (the last one to start
+                        valid against another        before the first attempt),
+                        recorded version of that     else the first attempt; the
+                        tool's schema; (b) ≥         earlier of the two
+                        ``drift_min_attempts``
+                        attempts of one call (same
+                        request hash, attempt 1..k)
+                        all fail with the same,
+                        non-transient error
+
+``tool_loop``           one (tool, canonical         the first call of the most    ``workflow``
+                        arguments) is called ≥       repeated (tool, arguments);
+                        ``loop_min_repeats`` times   else the first span at the
+                        as a first attempt (retries  greatest depth (depth), else
+                        are not loops); or depth or  the root
+                        span count has robust z ≥
+                        ``structure_z``
+
+``cost_blowup``         tokens or LLM calls have     the earliest llm span whose   ``model`` when that span's
+                        robust z ≥ ``cost_z``, or    own tokens have z ≥           output tokens exceed the
+                        duration z ≥ ``duration_z``  ``cost_z`` against the        reference per-call median
+                                                     reference's per-call tokens;  by more than its input
+                                                     else the root                 tokens do (the model
+                                                                                   generated the excess); else
+                                                                                   ``workflow`` (the harness
+                                                                                   sent it or made more calls)
+
+``silent_degradation``  the root is not ERROR and:   a retriever that failed or    ``memory`` when a retriever
+                        outcome ``fail``, or         returned nothing, or a        or memory result is
+                        ``outcome_score`` <          memory span that failed (the  implicated; else ``model``
+                        ``score_threshold``, or the  earliest); else the llm span  when the answer was cut off
+                        final answer stopped with a  that produced the final       or is empty; else
+                        ``degraded_finish_reasons``  answer (the last to end);     ``prompt``
+                        reason, or the answer is     else the root
+                        empty
+                        (``tailcut.run.output``
+                        empty, or 0 output tokens)
+======================  ===========================  ============================  ===========================
+
+**The reference** for z-scores is the agent's **baseline slice** (``traces`` rows with ``baseline`` true,
+kept or dropped: no spans needed), when it has at least ``min_baseline`` traces; never the kept
+failures. A data dir written without a collector (every trace kept, π = 1) is a census of the traffic, and
+its whole census of that agent is the reference (median and MAD ignore the few failures in it). Otherwise
+the agent gets no cost or structure verdict. The robust z of a value x is ``(x − median) / s`` with
+``s = max(1.4826·MAD, (Q90 − median)/1.2816, min_relative_scale·|median|, 1)``: for normal traffic
+the first two both estimate σ; the Q90 term keeps a reference whose bulk sits in one tight mode (most
+runs answer from the FAQ in one call) from flagging the ordinary runs of its other modes, and the last two
+floors keep a constant reference (MAD 0) from turning a one-token difference into an infinite z.
+"Same agent" means the same ``agent_name`` (else root
+span name, else service).
+
+A trace gets at most one finding per category; its evidence lists every signal that fired. Confidence is
+fixed per rule: ``error`` 1.0 (0.9 when the root failed with no failed child), ``schema_violation`` 0.95
+(0.9 for an unoffered tool), ``schema_drift`` 0.9 with both signals, 0.8 arguments only, 0.6 retries only,
+``tool_loop`` 0.6 + 0.1 per repeat (at most 0.99; 0.6 structure only), ``cost_blowup`` 0.9 when a z is
+twice its threshold else 0.7, ``silent_degradation`` 0.9 for a failed outcome, 0.8 cut off or empty,
+0.7 low score only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from tailcut.analysis import _rules
+from tailcut.analysis._toolcalls import CallProblem, check_calls, load_schema_book
+from tailcut.errors import ConfigError
+
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow as pa
+
+    from tailcut.analysis._dataset import Dataset
+
+CATEGORIES: Final = (
+    "error",
+    "schema_violation",
+    "schema_drift",
+    "tool_loop",
+    "cost_blowup",
+    "silent_degradation",
+)
+LAYERS: Final = ("prompt", "tool_schema", "workflow", "memory", "model", "environment")
+#: How much each kind of signal is worth when a category has more than one (schema_drift).
+_DRIFT_BOTH: Final = 0.9
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The classifier's thresholds (see the rule table in :mod:`tailcut.analysis._classify`).
+
+    Attributes
+    ----------
+    loop_min_repeats : int, default 3
+        First-attempt calls with the same tool and canonical arguments that make a ``tool_loop``.
+    structure_z : float, default 6.0
+        Robust z of depth or span count against the reference that makes a ``tool_loop``.
+    cost_z : float, default 6.0
+        Robust z of total tokens or LLM calls (and of one call's tokens, for the first span) that makes a
+        ``cost_blowup``.
+    duration_z : float, default 20.0
+        Robust z of duration that makes a ``cost_blowup``; far higher than ``cost_z`` because wall-clock
+        time has heavy tails that come from the machine (load, pauses), not the agent: on the demo fleet
+        a run slowed tenfold by its host reaches z ≈ 12 while its tokens and calls are ordinary.
+    min_relative_scale : float, default 0.1
+        Floor of a z-score's scale, as a share of the reference median.
+    min_baseline : int, default 20
+        Reference traces an agent needs before its z-scores are computed.
+    score_threshold : float, default 0.5
+        An ``outcome_score`` below it is a ``silent_degradation``.
+    degraded_finish_reasons : tuple of str
+        Finish reasons of a final answer that mean it was cut off or withheld (OpenAI's ``length`` and
+        ``content_filter``, Anthropic's ``max_tokens`` and ``refusal``).
+    drift_min_attempts : int, default 2
+        Identical attempts that must fail identically to signal ``schema_drift``.
+    transient_errors : str
+        Regular expression (matched against the lower-cased error type and message) of errors that are
+        transient, so identical retries of them are not drift: timeouts, rate limits, unavailability.
+    trust_recorded_counts : bool, default True
+        Skip re-validating LLM spans whose SDK-recorded ``tailcut.schema_violations`` is 0 when every
+        schema they showed is the enforced one (the same jsonschema check already ran at record time).
+    """
+
+    loop_min_repeats: int = 3
+    structure_z: float = 6.0
+    cost_z: float = 6.0
+    duration_z: float = 20.0
+    min_relative_scale: float = 0.1
+    min_baseline: int = 20
+    score_threshold: float = 0.5
+    degraded_finish_reasons: tuple[str, ...] = ("length", "content_filter", "max_tokens", "refusal")
+    drift_min_attempts: int = 2
+    transient_errors: str = (
+        r"timeout|timed out|rate.?limit|too many requests|\b429\b|\b503\b|unavailable|temporar|"
+        r"connection (reset|refused|aborted)|overloaded"
+    )
+    trust_recorded_counts: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loop_min_repeats < 2:
+            raise ConfigError(f"loop_min_repeats must be at least 2, got {self.loop_min_repeats}")
+        if self.drift_min_attempts < 2:
+            raise ConfigError(f"drift_min_attempts must be at least 2, got {self.drift_min_attempts}")
+        if self.min_baseline < 1:
+            raise ConfigError(f"min_baseline must be at least 1, got {self.min_baseline}")
+        for name in ("structure_z", "cost_z", "duration_z"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.min_relative_scale < 0:
+            raise ConfigError(f"min_relative_scale must be ≥ 0, got {self.min_relative_scale}")
+        if not 0 <= self.score_threshold <= 1:
+            raise ConfigError(f"score_threshold must lie in [0, 1], got {self.score_threshold}")
+        try:
+            re.compile(self.transient_errors)
+        except re.error as exc:
+            raise ConfigError(f"transient_errors is not a regular expression: {exc}") from None
+
+    def parameters(self) -> dict[str, Any]:
+        """The thresholds as the named parameters of the category SQL."""
+        values = asdict(self)
+        values["degraded_finish_reasons"] = list(self.degraded_finish_reasons)
+        del values["trust_recorded_counts"]
+        return values
+
+
+def findings_schema() -> pa.Schema:
+    """The Arrow schema of the ``findings`` table."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("trace_id", pa.string(), nullable=False),
+            pa.field("category", pa.string(), nullable=False),
+            pa.field("span_id", pa.string()),
+            pa.field("span_name", pa.string()),
+            pa.field("span_kind", pa.string()),
+            pa.field("boundary", pa.string()),
+            pa.field("occurrence", pa.int32()),
+            pa.field("seq", pa.int32()),
+            pa.field("layer", pa.string(), nullable=False),
+            pa.field("evidence", pa.string(), nullable=False),
+            pa.field("confidence", pa.float64(), nullable=False),
+            pa.field("signals", pa.list_(pa.string()), nullable=False),
+        ]
+    )
+
+
+def _run(dataset: Dataset, query: str, parameters: dict[str, Any]) -> pa.Table:
+    """The findings of one category query, in the ``findings`` schema (only named parameters are passed)."""
+    used = {k: v for k, v in parameters.items() if f"${k}" in query}
+    table = dataset.connection.sql(query, params=used).to_arrow_table()
+    return table.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+
+
+def _problem_rows(problems: Iterable[CallProblem], category: str, signal: str) -> list[dict[str, Any]]:
+    """One finding per trace from the tool-call problems of one category: the earliest call's."""
+    first: dict[str, CallProblem] = {}
+    for problem in problems:
+        if problem.category != category:
+            continue
+        held = first.get(problem.trace_id)
+        if held is None or (problem.seq or 0) < (held.seq or 0):
+            first[problem.trace_id] = problem
+    return [
+        {
+            "trace_id": p.trace_id,
+            "category": category,
+            "span_id": p.span_id,
+            "span_name": p.name,
+            "span_kind": p.kind,
+            "boundary": p.boundary,
+            "occurrence": p.occurrence,
+            "seq": p.seq,
+            "layer": p.layer,
+            "evidence": p.evidence,
+            "confidence": p.confidence,
+            "signals": [signal],
+        }
+        for p in first.values()
+    ]
+
+
+def _merge_drift(
+    arguments: Sequence[dict[str, Any]], retries: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One ``schema_drift`` finding per trace from both signals: the earlier span, both evidences."""
+    merged = {row["trace_id"]: row for row in retries}
+    for row in arguments:
+        other = merged.get(row["trace_id"])
+        if other is None:
+            merged[row["trace_id"]] = row
+            continue
+        earlier = row if (row["seq"] or 0) <= (other["seq"] or 0) else other
+        merged[row["trace_id"]] = {
+            **earlier,
+            "evidence": f"{row['evidence']}; {other['evidence']}",
+            "confidence": _DRIFT_BOTH,
+            "signals": [*row["signals"], *other["signals"]],
+        }
+    return list(merged.values())
+
+
+def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.DataFrame:
+    """Check every kept trace for the six failure categories; register the ``findings`` table.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        The data dir.
+    thresholds : Thresholds, optional
+        Detection thresholds (default: ``Thresholds()``).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per (trace, category) with ``trace_id, category, span_id, span_name, span_kind, boundary,
+        occurrence, seq`` (the first span that shows it), ``layer``, ``evidence`` (one line),
+        ``confidence`` and ``signals`` (which rules fired), sorted by trace and category. The same rows
+        are the ``findings`` table of ``dataset`` afterwards.
+
+    See Also
+    --------
+    Dataset.classify : the method form.
+
+    Examples
+    --------
+    ::
+
+        findings = Dataset("data").classify()
+        findings.group_by("category", "layer").len()
+    """
+    import polars as pl
+    import pyarrow as pa
+
+    limits = thresholds or Thresholds()
+    parameters = limits.parameters()
+    connection = dataset.connection
+    connection.execute(_rules.REFERENCE_SQL, {"min_baseline": limits.min_baseline})
+    tables = [
+        _run(dataset, q, parameters)
+        for q in (_rules.ERROR_SQL, _rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)
+    ]
+    book = load_schema_book(dataset)
+    problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
+    rows = _problem_rows(problems, "schema_violation", "arguments break the schema sent")
+    rows += _merge_drift(
+        _problem_rows(problems, "schema_drift", "arguments follow another schema version"),
+        _run(dataset, _rules.RETRIES_SQL, parameters).to_pylist(),
+    )
+    tables.append(pa.Table.from_pylist(rows, schema=findings_schema()))
+    table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
+    connection.register("_findings_arrow", table)
+    connection.execute("CREATE OR REPLACE TABLE findings AS SELECT * FROM _findings_arrow")
+    connection.unregister("_findings_arrow")
+    connection.execute("DROP TABLE IF EXISTS _reference")
+    connection.execute("DROP TABLE IF EXISTS _suspect_keys")
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame

@@ -1,0 +1,182 @@
+"""Regression comparison: failure rates of two groups of traces, each verdict with its intervals.
+
+Two groups of one data dir (two values of a ``traces`` column, such as two harness revisions, or two time
+windows) are compared per failure category with :func:`tailcut.analysis.stats.compare_groups`: the
+baseline slice decides ``regression``/``improvement``; a difference seen only among tail-kept traces is
+``confined to tail sample``. The Hájek (1/π weighted) rate of each group is reported beside them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tailcut.analysis import stats
+from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._errors import AnalysisError
+from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tailcut.analysis._dataset import Dataset
+
+
+@dataclass(frozen=True)
+class CategoryComparison:
+    """One category in both groups: the verdict (with both intervals) and each group's Hájek rate."""
+
+    category: str
+    verdict: stats.Verdict
+    first: CategoryRate
+    second: CategoryRate
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``tailcut compare --by``/``--window`` reports.
+
+    Attributes
+    ----------
+    description : str
+        How the groups were formed, e.g. ``harness_revision: v1 → v2``.
+    first_label, second_label : str
+        Group A (the reference) and group B (the candidate).
+    first_traces, second_traces : int
+        Kept traces in each group.
+    categories : list of CategoryComparison
+        In the order of ``CATEGORIES``.
+    """
+
+    description: str
+    first_label: str
+    second_label: str
+    first_traces: int
+    second_traces: int
+    categories: list[CategoryComparison]
+
+    def render_terminal(self, console: Console) -> None:
+        """Print the comparison as a rich table: verdict, both intervals and their denominators."""
+        from rich.table import Table
+
+        table = Table(title=f"compare {self.description}", title_justify="left")
+        table.add_column("category")
+        table.add_column("verdict")
+        table.add_column(f"baseline slice {self.first_label} → {self.second_label}")
+        table.add_column("tail-kept")
+        table.add_column(f"1/π weighted {self.first_label}")
+        table.add_column(f"1/π weighted {self.second_label}")
+        styles = {"regression": "bold red", "improvement": "green", "confined to tail sample": "yellow"}
+        for row in self.categories:
+            verdict = row.verdict
+            table.add_row(
+                row.category,
+                f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]",
+                str(verdict.baseline),
+                str(verdict.tail),
+                str(row.first.weighted) if row.first.weighted else "-",
+                str(row.second.weighted) if row.second.weighted else "-",
+            )
+        console.print(table)
+        console.print(
+            f"kept traces: {self.first_label} {self.first_traces}, {self.second_label} {self.second_traces}. "
+            "Verdicts come from the baseline slice (uniform); a change seen only among tail-kept traces is "
+            "'confined to tail sample'."
+        )
+
+
+def _compare(
+    description: str, labels: tuple[str, str], groups: tuple[GroupSample, GroupSample]
+) -> Comparison:
+    first, second = groups
+    for label, group in zip(labels, groups, strict=True):
+        if not group.size:
+            raise AnalysisError(f"group {label!r} has no kept traces; nothing to compare")
+        counts = group.counts(CATEGORIES[0])
+        if not counts.baseline_n:
+            raise AnalysisError(
+                f"group {label!r} has no baseline-slice traces: a verdict needs the uniform slice "
+                "(traces kept by the probabilistic policy of `tailcut collect`)"
+            )
+        if not counts.tail_n:
+            raise AnalysisError(f"group {label!r} has no tail-kept traces; nothing to compare them with")
+    verdicts = stats.compare_groups(
+        {c: first.counts(c) for c in CATEGORIES}, {c: second.counts(c) for c in CATEGORIES}
+    )
+    rows = [CategoryComparison(c, verdicts[c], first.rate(c), second.rate(c)) for c in CATEGORIES]
+    return Comparison(description, labels[0], labels[1], first.size, second.size, rows)
+
+
+def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Comparison:
+    """Compare the traces whose ``column`` is ``first`` (group A) with those where it is ``second`` (B).
+
+    Parameters
+    ----------
+    dataset : Dataset
+        The data dir (classified first if needed).
+    column : str
+        A ``traces`` column, e.g. ``harness_revision``, ``prompt_version``, ``agent_name``.
+    first, second : str
+        The two values (compared as text).
+
+    Returns
+    -------
+    Comparison
+
+    Raises
+    ------
+    AnalysisError
+        If the column does not exist, or a group lacks baseline-slice or tail-kept traces.
+    """
+    columns = [name for name, _ in dataset.schema("traces")]
+    if column not in columns:
+        raise AnalysisError(f"traces has no column {column!r}; choose one of: {', '.join(columns)}")
+    predicate = f'CAST("{column}" AS VARCHAR) = ?'
+    groups = (group_sample(dataset, predicate, [first]), group_sample(dataset, predicate, [second]))
+    for value, group in zip((first, second), groups, strict=True):
+        if not group.size:
+            present = dataset.sql_arrow(
+                f'SELECT DISTINCT CAST("{column}" AS VARCHAR) AS v FROM traces WHERE kept'
+            )
+            raise AnalysisError(
+                f"no kept trace has {column} = {value!r}; values present: "
+                f"{', '.join(labels_of(present.column('v').to_pylist())) or 'none'}"
+            )
+    return _compare(f"{column}: {first} → {second}", (first, second), groups)
+
+
+def compare_windows(
+    dataset: Dataset,
+    first: tuple[dt.datetime, dt.datetime],
+    second: tuple[dt.datetime, dt.datetime],
+) -> Comparison:
+    """Compare the traces that started in window ``first`` with those that started in ``second``.
+
+    Each window is ``[start, end)``; naive datetimes are UTC.
+
+    Raises
+    ------
+    AnalysisError
+        If a window ends before it starts, or a group lacks baseline-slice or tail-kept traces.
+    """
+    bounds = []
+    for start, end in (first, second):
+        start, end = _utc(start), _utc(end)
+        if end <= start:
+            raise AnalysisError(f"window {start.isoformat()} .. {end.isoformat()} ends before it starts")
+        bounds.append((start, end))
+    predicate = "start_time >= ? AND start_time < ?"
+    groups = (group_sample(dataset, predicate, bounds[0]), group_sample(dataset, predicate, bounds[1]))
+    labels = tuple(f"{s:%Y-%m-%d %H:%M}..{e:%Y-%m-%d %H:%M}" for s, e in bounds)
+    return _compare(f"window {labels[0]} → {labels[1]}", (labels[0], labels[1]), groups)
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+
+
+def labels_of(values: Sequence[Any]) -> list[str]:
+    """Distinct values of a column as text (for error messages that list the choices)."""
+    return sorted({str(v) for v in values if v is not None})

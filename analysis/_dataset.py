@@ -1,0 +1,356 @@
+"""``Dataset``: DuckDB views and polars frames over one data dir.
+
+One in-memory DuckDB connection per ``Dataset`` holds the views of DESIGN.md section 5 (``spans``,
+``traces``, ``llm_calls``, ``tool_calls``, ``retrievals``, ``kept_traces``, ``baseline_traces``), the
+span-tree table macros of ``tree.sql`` and, once :meth:`Dataset.classify` has run, the ``findings`` table.
+Nothing is copied: every query reads the Parquet files, so a data dir that is being written shows its new
+files after :meth:`Dataset.refresh`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Final
+
+from tailcut.analysis import _source
+from tailcut.analysis._errors import QueryError, UnknownTraceError, query_error
+from tailcut.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+    import pyarrow as pa
+
+    from tailcut.analysis._classify import Thresholds
+    from tailcut.analysis._select import CorpusSelection
+    from tailcut.analysis._tree import SpanTree
+
+#: Views derived from the two tables, in creation order.
+DERIVED_VIEWS: Final = {
+    "llm_calls": "SELECT * FROM spans WHERE kind = 'llm'",
+    "tool_calls": "SELECT * FROM spans WHERE kind = 'tool'",
+    "retrievals": "SELECT * FROM spans WHERE kind = 'retriever'",
+    "kept_traces": "SELECT * FROM traces WHERE kept",
+    "baseline_traces": "SELECT * FROM traces WHERE baseline",
+}
+#: The table macros ``tree.sql`` defines (the ``*_recursive`` twins are what the others fall back to).
+TREE_MACROS: Final = (
+    "descendants",
+    "ancestors",
+    "span_path",
+    "descendants_recursive",
+    "ancestors_recursive",
+    "tree_is_nested",
+    "nested_layout_ok",
+)
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+    except ImportError as exc:  # pragma: no cover - the pipeline extra brings it
+        raise MissingDependencyError(
+            'tailcut.analysis needs duckdb: pip install "tailcut[pipeline]"'
+        ) from exc
+    return duckdb
+
+
+def _parameters(params: Sequence[Any] | Mapping[str, Any] | None) -> list[Any] | dict[str, Any] | None:
+    if not params:
+        return None
+    return dict(params) if isinstance(params, Mapping) else list(params)
+
+
+class Dataset:
+    """A data dir opened for analysis: DuckDB views, span-tree macros and polars frames over its files.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The data dir: a local directory, or a URL DuckDB's ``httpfs`` reads (``s3://bucket/data``).
+    threads : int, optional
+        DuckDB worker threads (default: one per core).
+
+    Raises
+    ------
+    NoDataError
+        If the data dir does not exist or has no ``spans``/``traces`` files.
+
+    See Also
+    --------
+    tailcut.analysis.classify : failure findings of the kept traces.
+
+    Examples
+    --------
+    ::
+
+        from tailcut.analysis import Dataset
+
+        with Dataset("data") as data:
+            print(data.sql("SELECT kind, count(*) AS n FROM spans GROUP BY kind ORDER BY n DESC"))
+            data.sql("SELECT * FROM descendants('4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7')")
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:
+        duckdb = _duckdb()
+        self.location = _source.normalize_location(path)
+        self._connection: duckdb.DuckDBPyConnection = duckdb.connect(":memory:")
+        if threads is not None:
+            self._connection.execute(f"SET threads = {int(threads)}")
+        if _source.is_remote(self.location):
+            _source.ensure_remote_support(self._connection, self.location)
+        self._present: dict[str, bool] = {}
+        self.refresh()
+
+    # --- setup ---------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read the file lists and re-create the views (files written since opening become visible)."""
+        self._present = _source.present_tables(self._connection, self.location)
+        for table in _source.TABLES:
+            _source.create_table_view(self._connection, self.location, table, self._present[table])
+        for name, query in DERIVED_VIEWS.items():
+            self._connection.execute(f"CREATE OR REPLACE VIEW {name} AS {query}")
+        script = resources.files("tailcut.analysis").joinpath("tree.sql").read_text(encoding="utf-8")
+        self._connection.execute(script)
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection holding the views (for queries the methods here do not cover)."""
+        return self._connection
+
+    def close(self) -> None:
+        """Close the DuckDB connection."""
+        self._connection.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.location!r})"
+
+    # --- SQL -----------------------------------------------------------------------------------------------
+    def sql_arrow(self, query: str, *, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pa.Table:
+        """Run ``query`` and return its rows as a pyarrow Table.
+
+        Parameters
+        ----------
+        query : str
+            DuckDB SQL over the views and macros (``?`` placeholders for ``params``).
+        params : sequence, optional
+            Values for the ``?`` placeholders, or a mapping for ``$name`` ones.
+
+        Returns
+        -------
+        pyarrow.Table
+            Empty (no columns) for a statement that returns nothing.
+
+        Raises
+        ------
+        QueryError
+            DuckDB's message and the line and column it points at.
+        """
+        import pyarrow as pa
+
+        duckdb = _duckdb()
+        try:
+            relation = self._connection.sql(query, params=_parameters(params))
+            return pa.table({}) if relation is None else relation.to_arrow_table()
+        except duckdb.Error as exc:
+            raise query_error(exc, query) from None
+
+    def sql(self, query: str, *, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run ``query`` and return its rows as a polars DataFrame.
+
+        Parameters
+        ----------
+        query : str
+            DuckDB SQL over ``spans``, ``traces``, ``llm_calls``, ``tool_calls``, ``retrievals``,
+            ``kept_traces``, ``baseline_traces`` (and ``findings`` once classified), with the table macros
+            ``descendants(trace_id, span_id)``, ``ancestors(trace_id, span_id)`` and
+            ``span_path(trace_id, span_id)``.
+        params : sequence, optional
+            Values for ``?`` placeholders, or a mapping for ``$name`` ones.
+
+        Returns
+        -------
+        polars.DataFrame
+
+        Raises
+        ------
+        QueryError
+            DuckDB's message and the line and column it points at.
+
+        See Also
+        --------
+        sql_arrow : the same rows as a pyarrow Table.
+
+        Examples
+        --------
+        ::
+
+            data.sql("SELECT count(*) AS n FROM traces WHERE kept")
+        """
+        import polars as pl
+
+        return pl.from_arrow(self.sql_arrow(query, params=params))  # type: ignore[return-value]
+
+    def tables(self) -> list[str]:
+        """The views and tables a query can read, sorted."""
+        rows = self._connection.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND NOT starts_with(table_name, '_') ORDER BY table_name"
+        ).fetchall()
+        return [name for (name,) in rows]
+
+    def schema(self, name: str) -> list[tuple[str, str]]:
+        """``(column, DuckDB type)`` of one view or table.
+
+        Raises
+        ------
+        QueryError
+            If there is no such view.
+        """
+        if name not in self.tables():
+            raise QueryError(f"no view or table named {name!r}; try one of: {', '.join(self.tables())}")
+        rows = self._connection.execute(f'DESCRIBE SELECT * FROM "{name}"').fetchall()
+        return [(column, type_) for column, type_, *_ in rows]
+
+    # --- polars --------------------------------------------------------------------------------------------
+    def spans_lazy(self, *, columns: Sequence[str] | None = None) -> pl.LazyFrame:
+        """The ``spans`` table as a polars LazyFrame over the same files.
+
+        Parameters
+        ----------
+        columns : sequence of str, optional
+            Only these columns (default: all).
+
+        Returns
+        -------
+        polars.LazyFrame
+
+        See Also
+        --------
+        spans : the eager twin.
+        """
+        return self._scan("spans", columns)
+
+    def spans(self, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """The ``spans`` table as a polars DataFrame (see :meth:`spans_lazy`)."""
+        return self.spans_lazy(columns=columns).collect()
+
+    def traces_lazy(self, *, columns: Sequence[str] | None = None) -> pl.LazyFrame:
+        """The ``traces`` table as a polars LazyFrame over the same files.
+
+        Parameters
+        ----------
+        columns : sequence of str, optional
+            Only these columns (default: all).
+
+        Returns
+        -------
+        polars.LazyFrame
+
+        See Also
+        --------
+        traces : the eager twin.
+        """
+        return self._scan("traces", columns)
+
+    def traces(self, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """The ``traces`` table as a polars DataFrame (see :meth:`traces_lazy`)."""
+        return self.traces_lazy(columns=columns).collect()
+
+    def _scan(self, table: str, columns: Sequence[str] | None) -> pl.LazyFrame:
+        import polars as pl
+
+        empty = pl.from_arrow(_source.empty_table(table))
+        assert isinstance(empty, pl.DataFrame)
+        if self._present[table]:
+            frame = pl.scan_parquet(
+                _source.table_glob(self.location, table),
+                hive_partitioning=True,
+                schema=empty.schema,
+                missing_columns="insert",
+                extra_columns="ignore",
+            )
+        else:
+            frame = empty.lazy()
+        if columns is not None:
+            unknown = [c for c in columns if c not in empty.schema]
+            if unknown:
+                raise QueryError(f"{table} has no column {unknown[0]!r}")
+            frame = frame.select(list(columns))
+        return frame
+
+    # --- trees, findings, selection ------------------------------------------------------------------------
+    def tree(self, trace_id: str) -> SpanTree:
+        """One trace's spans as a tree (what ``tailcut tree`` shows).
+
+        Raises
+        ------
+        UnknownTraceError
+            If no span of the trace is in the data dir.
+        """
+        from tailcut.analysis._tree import load_tree
+
+        tree = load_tree(self, trace_id)
+        if tree is None:
+            raise UnknownTraceError(f"no spans of trace {trace_id} in {self.location}")
+        return tree
+
+    def classify(self, *, thresholds: Thresholds | None = None) -> pl.DataFrame:
+        """Find the failure categories of every kept trace; registers the ``findings`` table.
+
+        Parameters
+        ----------
+        thresholds : Thresholds, optional
+            Detection thresholds (default: :class:`~tailcut.analysis.Thresholds` defaults).
+
+        Returns
+        -------
+        polars.DataFrame
+            One row per (trace, category); see :func:`tailcut.analysis.classify`.
+        """
+        from tailcut.analysis._classify import classify
+
+        return classify(self, thresholds=thresholds)
+
+    def has_findings(self) -> bool:
+        """Whether :meth:`classify` has registered the ``findings`` table."""
+        return "findings" in self.tables()
+
+    def findings(self) -> pl.DataFrame:
+        """The ``findings`` table, classifying first if that has not happened yet."""
+        if not self.has_findings():
+            return self.classify()
+        return self.sql("SELECT * FROM findings ORDER BY trace_id, category")
+
+    def select(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        categories: Sequence[str] | None = None,
+        where: str | None = None,
+        baseline: int = 0,
+        stratify_by: str | None = "agent_name",
+        seed: int = 0,
+        overwrite: bool = False,
+    ) -> CorpusSelection:
+        """Write a replay corpus: incidents plus a stratified baseline sample (see :func:`select_corpus`)."""
+        from tailcut.analysis._select import select_corpus
+
+        return select_corpus(
+            self,
+            out,
+            categories=categories,
+            where=where,
+            baseline=baseline,
+            stratify_by=stratify_by,
+            seed=seed,
+            overwrite=overwrite,
+        )

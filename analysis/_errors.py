@@ -1,0 +1,71 @@
+"""Errors the analysis raises on purpose; the CLI prints each as one line, without a traceback."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from tailcut.errors import TailcutError
+
+
+class AnalysisError(TailcutError):
+    """Base class of the analysis errors."""
+
+
+class NoDataError(AnalysisError, FileNotFoundError):
+    """The data dir is missing, or holds no ``spans``/``traces`` Parquet files."""
+
+
+class QueryError(AnalysisError, ValueError):
+    """DuckDB refused or failed a query; carries DuckDB's message and the position it points at.
+
+    Attributes
+    ----------
+    message : str
+        DuckDB's message, first line (e.g. ``Binder Error: Referenced column "x" not found ...``).
+    line, column : int or None
+        1-based position in the query DuckDB pointed at, when it did.
+    """
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        where = f" (at line {line}, column {column})" if line is not None and column is not None else ""
+        super().__init__(f"{message}{where}")
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+class UnknownTraceError(AnalysisError, LookupError):
+    """A trace id that is not in the data dir."""
+
+
+class ResultsFileError(AnalysisError, ValueError):
+    """A replay-results file is missing, unreadable or not of the ``replay_results`` schema."""
+
+
+def query_error(error: Exception, query: str | None = None) -> QueryError:
+    """DuckDB's error as a :class:`QueryError`: its first line, and the position its caret marks.
+
+    DuckDB ends a message that points into the query with ``LINE n: <text>`` and a line of carets under
+    the offending token; both are folded into the position, so the message fits on one line. DuckDB
+    shows a long line as a window (``...text...``); given the ``query``, the window is found in it.
+    """
+    lines = str(error).splitlines()
+    message = lines[0].strip() if lines else type(error).__name__
+    for i, text in enumerate(lines[:-1]):
+        match = _LINE.match(text)
+        caret = lines[i + 1]
+        if match is None or "^" not in caret:
+            continue
+        line = int(match.group(1))
+        offset = caret.index("^") - match.end(1) - 2
+        shown = match.group(2)
+        if shown.startswith("...") and query is not None:
+            source = query.splitlines()[line - 1] if line <= len(query.splitlines()) else ""
+            window = source.find(shown[3:].removesuffix("..."))
+            offset += window - 3 if window >= 0 else 0
+        return QueryError(message, line, offset + 1)
+    return QueryError(message)
+
+
+_LINE: Final = re.compile(r"^LINE (\d+): (.*)$")

@@ -1,0 +1,139 @@
+"""Population rates of the failure categories, from the samples that can support them.
+
+A finding needs spans, and spans exist only for kept traces, so a category's population rate comes from
+the kept traces weighted by ``1/π`` (Hájek), with the baseline-slice rate beside it (the uniform sample:
+kept baseline traces, classified like the rest). Quantities of the ``traces`` table itself (traffic,
+outcomes, tokens) are exact counts over every trace seen. Every estimate carries its n, its effective n
+and its sample (:class:`tailcut.analysis.stats.Estimate`).
+
+**Which traces are tail-kept.** A kept trace is *tail-kept* when a deterministic (tail) policy kept it:
+it is not in the baseline slice, or it is but its π is 1 (a failure that the slice happened to hold too).
+A baseline member with π < 1 was kept by the slice alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from tailcut.analysis import stats
+from tailcut.analysis._classify import CATEGORIES
+
+if TYPE_CHECKING:
+    from tailcut.analysis._dataset import Dataset
+
+#: SQL predicate (over ``traces``) of a tail-kept trace.
+TAIL_KEPT: Final = "(kept AND (NOT baseline OR inclusion_probability >= 1.0))"
+
+
+@dataclass(frozen=True)
+class CategoryRate:
+    """One category's population rate, two ways.
+
+    Attributes
+    ----------
+    category : str
+        The failure category.
+    kept_hits : int
+        Kept traces with a finding of this category.
+    weighted : Estimate or None
+        Hájek estimate over kept traces with weights ``1/π`` (None when nothing is kept).
+    baseline : Estimate or None
+        Rate among classified baseline-slice traces (None when the slice is empty).
+    """
+
+    category: str
+    kept_hits: int
+    weighted: stats.Estimate | None
+    baseline: stats.Estimate | None
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    """One group's traces as the estimates need them (one row per kept trace)."""
+
+    inclusion_probability: Sequence[float]
+    baseline: Sequence[bool]
+    tail: Sequence[bool]
+    #: category -> per-trace indicator, aligned with the other fields
+    hits: Mapping[str, Sequence[bool]]
+
+    @property
+    def size(self) -> int:
+        return len(self.inclusion_probability)
+
+    def counts(self, category: str) -> stats.GroupCounts:
+        """Baseline-slice and tail-kept counts of one category (what a verdict is computed from)."""
+        hits = self.hits[category]
+        return stats.GroupCounts(
+            baseline_hits=sum(h for h, b in zip(hits, self.baseline, strict=True) if b),
+            baseline_n=sum(self.baseline),
+            tail_hits=sum(h for h, t in zip(hits, self.tail, strict=True) if t),
+            tail_n=sum(self.tail),
+        )
+
+    def rate(self, category: str) -> CategoryRate:
+        """The Hájek and baseline-slice estimates of one category."""
+        hits = self.hits[category]
+        weighted = None
+        if self.size:
+            weights = [1.0 / p for p in self.inclusion_probability]
+            weighted = stats.weighted_proportion([float(h) for h in hits], weights)
+        counts = self.counts(category)
+        baseline = (
+            stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
+            if counts.baseline_n
+            else None
+        )
+        return CategoryRate(category, sum(hits), weighted, baseline)
+
+
+def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object] = ()) -> GroupSample:
+    """The kept traces matching ``where`` (SQL over ``traces``) with their categories; classifies if needed.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        The data dir.
+    where : str
+        A predicate over the ``traces`` columns (``?`` placeholders take ``params``).
+    params : sequence
+        Values for the placeholders.
+    """
+    if not dataset.has_findings():
+        dataset.classify()
+    table = dataset.sql_arrow(
+        f"""
+        SELECT t.trace_id, t.inclusion_probability, t.baseline, {TAIL_KEPT} AS tail,
+               coalesce(list(DISTINCT f.category) FILTER (WHERE f.category IS NOT NULL), []) AS categories
+        FROM traces t LEFT JOIN findings f USING (trace_id)
+        WHERE t.kept AND ({where})
+        GROUP BY ALL ORDER BY t.trace_id
+        """,
+        params=list(params),
+    )
+    categories = table.column("categories").to_pylist()
+    return GroupSample(
+        inclusion_probability=table.column("inclusion_probability").to_pylist(),
+        baseline=table.column("baseline").to_pylist(),
+        tail=table.column("tail").to_pylist(),
+        hits={c: [c in found for found in categories] for c in CATEGORIES},
+    )
+
+
+def category_rates(dataset: Dataset) -> list[CategoryRate]:
+    """Every category's population rate: Hájek over kept traces and the baseline-slice rate.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        The data dir (classified first if it has no ``findings`` yet).
+
+    Returns
+    -------
+    list of CategoryRate
+        In the order of :data:`~tailcut.analysis.CATEGORIES`.
+    """
+    sample = group_sample(dataset)
+    return [sample.rate(category) for category in CATEGORIES]

@@ -1,0 +1,377 @@
+"""The per-category SQL of the classifier (the rules themselves are tabulated in :mod:`._classify`).
+
+Each query returns finding rows with the columns of :data:`FINDING_COLUMNS` (the span columns come from
+the span the finding points at) and takes its thresholds as named parameters (``$loop_min_repeats``...).
+They run over the ``spans`` and ``traces`` views and the ``_reference`` table that :data:`REFERENCE_SQL`
+builds: per agent, the robust statistics (median, MAD) of the reference sample that cost and structure
+z-scores are measured against.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tailcut import attributes as attr
+
+FINDING_COLUMNS: Final = (
+    "trace_id",
+    "category",
+    "span_id",
+    "span_name",
+    "span_kind",
+    "boundary",
+    "occurrence",
+    "seq",
+    "layer",
+    "evidence",
+    "confidence",
+    "signals",
+)
+
+
+def agent_key(alias: str = "") -> str:
+    """The agent of a ``traces`` row, for per-agent baselines: agent name, else root name, else service."""
+    p = f"{alias}." if alias else ""
+    return f"coalesce({p}agent_name, {p}root_name, {p}service_name, '')"
+
+
+def _layer_of_kind(kind: str) -> str:
+    """The layer a failing span points to by its kind: a boundary's world, the model, or the harness."""
+    return (
+        f"CASE WHEN {kind} = 'llm' THEN 'model' "
+        f"WHEN {kind} IN ('tool', 'retriever', 'embedding', 'memory') THEN 'environment' ELSE 'workflow' END"
+    )
+
+
+#: A span's columns as a finding reports them (``s`` is the span's alias).
+_SPAN: Final = "s.span_id, s.name AS span_name, s.kind AS span_kind, s.boundary, s.occurrence, s.seq"
+
+
+def _z(value: str, stat: str) -> str:
+    """The robust z-score of ``value`` against the reference's median, MAD and 90th percentile."""
+    return (
+        f"(({value}) - r.med_{stat}) / greatest(1.4826 * r.mad_{stat}, "
+        f"(r.q90_{stat} - r.med_{stat}) / 1.2816, $min_relative_scale * abs(r.med_{stat}), 1.0)"
+    )
+
+
+# ---------------------------------------------------------------------------------------- the reference
+
+REFERENCE_SQL: Final = f"""
+CREATE OR REPLACE TEMP TABLE _reference AS
+WITH traces_by_agent AS (
+    SELECT *, {agent_key()} AS agent, input_tokens + output_tokens AS tokens FROM traces
+),
+agents AS (
+    SELECT agent,
+           count(*) FILTER (WHERE baseline) AS n_baseline,
+           count(*) AS n_all,
+           bool_and(kept AND inclusion_probability >= 1.0) AS census
+    FROM traces_by_agent GROUP BY agent
+),
+chosen AS (
+    SELECT t.*, CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
+    FROM traces_by_agent t JOIN agents a USING (agent)
+    WHERE (a.n_baseline >= $min_baseline AND t.baseline)
+       OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline)
+),
+per_call AS (
+    SELECT c.agent, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
+           median(s.input_tokens + s.output_tokens) AS med_call,
+           mad(s.input_tokens + s.output_tokens) AS mad_call,
+           quantile_cont(s.input_tokens + s.output_tokens, 0.9) AS q90_call
+    FROM spans s JOIN chosen c USING (trace_id)
+    WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL
+    GROUP BY c.agent
+)
+SELECT agent, any_value(source) AS source, count(*) AS n,
+       median(tokens) AS med_tokens, mad(tokens) AS mad_tokens,
+       quantile_cont(tokens, 0.9) AS q90_tokens,
+       median(llm_calls) AS med_calls, mad(llm_calls) AS mad_calls,
+       quantile_cont(llm_calls, 0.9) AS q90_calls,
+       median(duration_ms) AS med_duration, mad(duration_ms) AS mad_duration,
+       quantile_cont(duration_ms, 0.9) AS q90_duration,
+       median(max_depth) AS med_depth, mad(max_depth) AS mad_depth,
+       quantile_cont(max_depth, 0.9) AS q90_depth,
+       median(span_count) AS med_spans, mad(span_count) AS mad_spans,
+       quantile_cont(span_count, 0.9) AS q90_spans,
+       any_value(p.med_call_in) AS med_call_in, any_value(p.med_call_out) AS med_call_out,
+       any_value(p.med_call) AS med_call, any_value(p.mad_call) AS mad_call,
+       any_value(p.q90_call) AS q90_call
+FROM chosen LEFT JOIN per_call p USING (agent)
+GROUP BY agent
+"""
+
+# -------------------------------------------------------------------------------------------- error
+
+ERROR_SQL: Final = f"""
+WITH RECURSIVE
+failing AS (
+    SELECT trace_id, span_id, parent_span_id, name, kind, boundary, occurrence, seq, start_time, span_index,
+           error_type, status_message, attempt, coalesce(is_orphan, false) AS is_orphan
+    FROM spans WHERE status_code = 'ERROR'
+),
+chain(trace_id, span_id, level) AS (
+    SELECT trace_id, span_id, 0 FROM failing WHERE parent_span_id IS NULL AND NOT is_orphan
+    UNION ALL
+    SELECT f.trace_id, f.span_id, c.level + 1
+    FROM failing f JOIN chain c ON f.trace_id = c.trace_id AND f.parent_span_id = c.span_id
+    WHERE c.level < 256 AND NOT f.is_orphan
+),
+linked AS (
+    SELECT f.*, c.level FROM failing f JOIN (SELECT DISTINCT trace_id, span_id, level FROM chain) c
+        USING (trace_id, span_id)
+),
+counted AS (
+    SELECT trace_id, count(*) AS failed,
+           any_value(error_type) FILTER (WHERE level = 0) AS root_error
+    FROM linked GROUP BY trace_id
+),
+causes AS (
+    SELECT * FROM linked l
+    WHERE NOT EXISTS (
+        SELECT 1 FROM linked k WHERE k.trace_id = l.trace_id AND k.parent_span_id = l.span_id)
+    QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY start_time, span_index, span_id) = 1
+)
+SELECT s.trace_id, 'error' AS category, {_SPAN},
+       {_layer_of_kind("s.kind")} AS layer,
+       coalesce(regexp_extract(s.error_type, '[^.]+$'), 'error')
+         || coalesce(': ' || left(split_part(regexp_replace(s.status_message, '^[A-Za-z_.]+: ', ''),
+                                             chr(10), 1), 100), '')
+         || ' at ' || coalesce(s.boundary, s.name)
+         || CASE WHEN s.attempt > 1 THEN ' (attempt ' || s.attempt || ')' ELSE '' END
+         || CASE WHEN s.level = 0 THEN '; the run itself failed, no failed child'
+                 ELSE '; first of ' || (n.failed - 1) || ' failed span(s) under the failed root'
+                      || coalesce(' (run failed with ' || regexp_extract(n.root_error, '[^.]+$') || ')', '')
+            END AS evidence,
+       CASE WHEN s.level = 0 THEN 0.9 ELSE 1.0 END AS confidence,
+       ['root status ERROR'] AS signals
+FROM causes s JOIN counted n USING (trace_id)
+"""
+
+# ----------------------------------------------------------------------------------- schema drift (retries)
+
+RETRIES_SQL: Final = f"""
+WITH attempts AS (
+    SELECT trace_id, coalesce(boundary, 'tool:' || tool_name, name) AS tool, request_sha256,
+           count(*) AS n, min(coalesce(attempt, 1)) AS first_attempt,
+           bool_and(status_code = 'ERROR') AS all_failed,
+           count(DISTINCT coalesce(error_type, '') || '|' || coalesce(status_message, '')) AS distinct_errors,
+           any_value(coalesce(regexp_extract(error_type, '[^.]+$'), 'error')) AS error_name,
+           any_value(split_part(regexp_replace(coalesce(status_message, ''), '^[A-Za-z_.]+: ', ''),
+                                chr(10), 1)) AS message,
+           min(seq) AS first_seq, min(start_time) AS first_start
+    FROM spans
+    WHERE kind = 'tool' AND request_sha256 IS NOT NULL
+      AND trace_id IN (SELECT trace_id FROM spans WHERE kind = 'tool' AND attempt > 1)
+    GROUP BY ALL
+    HAVING count(*) >= $drift_min_attempts AND min(coalesce(attempt, 1)) = 1 AND max(attempt) > 1
+),
+identical AS (
+    SELECT * FROM attempts
+    WHERE all_failed AND distinct_errors = 1
+      AND NOT regexp_matches(lower(error_name || ' ' || message), $transient_errors)
+    QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY first_start, tool) = 1
+),
+emitters AS (
+    SELECT i.trace_id, i.tool, i.n, i.error_name, i.message, i.first_seq,
+           (SELECT arg_max(l.span_id, l.start_time) FROM spans l
+            WHERE l.trace_id = i.trace_id AND l.kind = 'llm' AND l.start_time <= i.first_start) AS llm_span,
+           (SELECT arg_min(t.span_id, t.start_time) FROM spans t
+            WHERE t.trace_id = i.trace_id AND t.kind = 'tool' AND t.seq = i.first_seq) AS tool_span
+    FROM identical i
+)
+SELECT e.trace_id, 'schema_drift' AS category, {_SPAN}, 'tool_schema' AS layer,
+       e.tool || ': ' || e.n || ' identical attempts failed identically (' || e.error_name
+         || coalesce(': ' || left(e.message, 100), '') || ')' AS evidence,
+       0.6 AS confidence, ['identical retries, identical errors'] AS signals
+FROM emitters e JOIN spans s ON s.trace_id = e.trace_id AND s.span_id = coalesce(e.llm_span, e.tool_span)
+"""
+
+# --------------------------------------------------------------------------------------------- tool loop
+
+LOOP_SQL: Final = f"""
+WITH groups AS (
+    SELECT trace_id, coalesce(tool_name, boundary, name) AS tool, request_sha256, count(*) AS n,
+           arg_min(span_id, (start_time, span_index)) AS first_span, min(start_time) AS first_start
+    FROM spans
+    WHERE kind = 'tool' AND coalesce(attempt, 1) = 1 AND request_sha256 IS NOT NULL
+    GROUP BY ALL HAVING count(*) >= $loop_min_repeats
+),
+repeated AS (
+    SELECT trace_id, arg_max({{'span': first_span, 'tool': tool, 'n': n}}, (n, -epoch_ns(first_start))) AS top
+    FROM groups GROUP BY trace_id
+),
+structure AS (
+    SELECT t.trace_id, t.max_depth, t.span_count, r.source, r.n AS ref_n,
+           {_z("t.max_depth", "depth")} AS z_depth, {_z("t.span_count", "spans")} AS z_spans,
+           r.med_depth, r.med_spans
+    FROM traces t JOIN _reference r ON {agent_key("t")} = r.agent
+    WHERE t.kept
+),
+deep AS (
+    SELECT st.*, (SELECT arg_min(x.span_id, (x.span_index, x.start_time)) FROM spans x
+                  WHERE x.trace_id = st.trace_id AND x.depth = st.max_depth) AS deepest
+    FROM structure st WHERE st.z_depth >= $structure_z OR st.z_spans >= $structure_z
+),
+flagged AS (
+    SELECT coalesce(rp.trace_id, d.trace_id) AS trace_id,
+           rp.top.span AS repeat_span, rp.top.tool AS tool, rp.top.n AS n,
+           d.deepest, d.z_depth, d.z_spans, d.max_depth, d.span_count, d.med_depth, d.med_spans,
+           d.source, d.ref_n
+    FROM repeated rp FULL OUTER JOIN deep d USING (trace_id)
+),
+located AS (
+    SELECT f.*, coalesce(f.repeat_span,
+                         CASE WHEN f.z_depth >= $structure_z THEN f.deepest END,
+                         (SELECT r.span_id FROM spans r
+                          WHERE r.trace_id = f.trace_id AND r.parent_span_id IS NULL LIMIT 1)) AS at_span
+    FROM flagged f
+)
+SELECT l.trace_id, 'tool_loop' AS category, {_SPAN}, 'workflow' AS layer,
+       concat_ws('; ',
+           CASE WHEN l.n IS NOT NULL THEN l.tool || ' called ' || l.n || ' times with the same arguments' END,
+           CASE WHEN l.z_depth >= $structure_z THEN 'depth ' || l.max_depth || ' vs ' || l.source
+                || ' median ' || l.med_depth || ' (z=' || round(l.z_depth, 1) || ')' END,
+           CASE WHEN l.z_spans >= $structure_z THEN l.span_count || ' spans vs ' || l.source
+                || ' median ' || l.med_spans || ' (z=' || round(l.z_spans, 1) || ')' END) AS evidence,
+       CASE WHEN l.n IS NOT NULL THEN least(0.99, 0.6 + 0.1 * l.n) ELSE 0.6 END AS confidence,
+       list_filter([CASE WHEN l.n IS NOT NULL THEN 'repeated call' END,
+                    CASE WHEN l.z_depth >= $structure_z THEN 'depth' END,
+                    CASE WHEN l.z_spans >= $structure_z THEN 'span count' END],
+                   lambda x: x IS NOT NULL) AS signals
+FROM located l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
+"""
+
+# ------------------------------------------------------------------------------------------- cost blowup
+
+COST_SQL: Final = f"""
+WITH scored AS (
+    SELECT t.trace_id, t.input_tokens + t.output_tokens AS tokens, t.llm_calls, t.duration_ms,
+           r.source, r.n AS ref_n, r.med_tokens, r.med_calls, r.med_duration,
+           r.med_call, r.mad_call, r.q90_call, r.med_call_in, r.med_call_out, r.agent,
+           {_z("t.input_tokens + t.output_tokens", "tokens")} AS z_tokens,
+           {_z("t.llm_calls", "calls")} AS z_calls,
+           {_z("t.duration_ms", "duration")} AS z_duration
+    FROM traces t JOIN _reference r ON {agent_key("t")} = r.agent
+    WHERE t.kept
+),
+flagged AS (
+    SELECT * FROM scored
+    WHERE z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
+),
+heavy AS (
+    SELECT f.trace_id, s.span_id, s.input_tokens, s.output_tokens, f.med_call_in, f.med_call_out,
+           (s.input_tokens + s.output_tokens - f.med_call)
+             / greatest(1.4826 * f.mad_call, (f.q90_call - f.med_call) / 1.2816,
+                        $min_relative_scale * abs(f.med_call), 1.0) AS z_call
+    FROM flagged f JOIN spans s USING (trace_id)
+    WHERE s.kind = 'llm' AND f.med_call IS NOT NULL
+      AND (s.input_tokens + s.output_tokens - f.med_call)
+          / greatest(1.4826 * f.mad_call, (f.q90_call - f.med_call) / 1.2816,
+                     $min_relative_scale * abs(f.med_call), 1.0) >= $cost_z
+    QUALIFY row_number() OVER (PARTITION BY f.trace_id ORDER BY s.start_time, s.seq) = 1
+),
+located AS (
+    SELECT f.*, h.span_id AS heavy_span, h.z_call,
+           coalesce(h.output_tokens - h.med_call_out > h.input_tokens - h.med_call_in, false) AS output_heavy,
+           coalesce(h.span_id, (SELECT r.span_id FROM spans r
+                                WHERE r.trace_id = f.trace_id AND r.parent_span_id IS NULL
+                                LIMIT 1)) AS at_span
+    FROM flagged f LEFT JOIN heavy h USING (trace_id)
+)
+SELECT l.trace_id, 'cost_blowup' AS category, {_SPAN},
+       CASE WHEN l.output_heavy THEN 'model' ELSE 'workflow' END AS layer,
+       concat_ws('; ',
+           CASE WHEN l.z_tokens >= $cost_z THEN format('{{:,}} tokens (z={{}})', l.tokens::BIGINT,
+                                                       round(l.z_tokens, 1)) END,
+           CASE WHEN l.z_calls >= $cost_z
+                THEN l.llm_calls || ' LLM calls (z=' || round(l.z_calls, 1) || ')' END,
+           CASE WHEN l.z_duration >= $duration_z THEN round(l.duration_ms)::BIGINT || ' ms (z='
+                || round(l.z_duration, 1) || ')' END)
+         || format(' vs {{}} median of {{}} traces: {{:,}} tokens, {{}} calls, {{}} ms',
+                   l.source, l.ref_n, l.med_tokens::BIGINT, l.med_calls, round(l.med_duration)::BIGINT)
+         || CASE WHEN l.heavy_span IS NOT NULL
+                 THEN '; first over-budget call z=' || round(l.z_call, 1) ELSE '' END AS evidence,
+       CASE WHEN greatest(l.z_tokens, l.z_calls, l.z_duration * $cost_z / $duration_z) >= 2 * $cost_z
+            THEN 0.9 ELSE 0.7 END AS confidence,
+       list_filter([CASE WHEN l.z_tokens >= $cost_z THEN 'tokens' END,
+                    CASE WHEN l.z_calls >= $cost_z THEN 'llm calls' END,
+                    CASE WHEN l.z_duration >= $duration_z THEN 'duration' END],
+                   lambda x: x IS NOT NULL) AS signals
+FROM located l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
+"""
+
+# ------------------------------------------------------------------------------------ silent degradation
+
+SILENT_SQL: Final = f"""
+WITH roots AS (
+    SELECT trace_id, span_id, status_code,
+           attributes['{attr.RUN_OUTPUT}'] AS output,
+           attributes['{attr.OUTCOME}'] AS root_outcome,
+           TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) AS root_score
+    FROM spans WHERE parent_span_id IS NULL AND NOT coalesce(is_orphan, false)
+),
+finals AS (
+    SELECT trace_id,
+           arg_max({{'span': span_id, 'finish': finish_reason, 'tokens': output_tokens}},
+                   (end_time, coalesce(seq, 0))) AS final
+    FROM spans WHERE kind = 'llm' GROUP BY trace_id
+),
+judged AS (
+    SELECT r.trace_id, r.span_id AS root_span, f.final.span AS final_span,
+           coalesce(t.outcome, r.root_outcome) AS outcome,
+           coalesce(t.outcome_score, r.root_score) AS score,
+           f.final.finish AS finish_reason,
+           f.final.finish IN (SELECT unnest($degraded_finish_reasons)) AS cut_off,
+           trim(coalesce(r.output, 'x')) IN ('""', '', 'null') OR f.final.tokens = 0 AS empty_answer
+    FROM roots r
+    LEFT JOIN traces t USING (trace_id)
+    LEFT JOIN finals f USING (trace_id)
+    WHERE r.status_code <> 'ERROR'
+),
+flagged AS (
+    SELECT *, outcome = 'fail' AS failed_outcome, score < $score_threshold AS low_score
+    FROM judged
+    WHERE outcome = 'fail' OR score < $score_threshold OR cut_off OR empty_answer
+),
+implicated AS (
+    SELECT trace_id,
+           arg_min({{'span': span_id, 'kind': kind,
+                     'problem': CASE WHEN status_code = 'ERROR' THEN 'failed' ELSE 'returned nothing' END}},
+                   (start_time, coalesce(seq, 0))) AS memory
+    FROM spans
+    WHERE trace_id IN (SELECT trace_id FROM flagged)
+      AND ((kind = 'memory' AND status_code = 'ERROR')
+           OR (kind = 'retriever' AND (status_code = 'ERROR'
+               OR trim(response::VARCHAR) IN ('[]', '{{}}', 'null', '""')
+               OR json_array_length(response, '$.documents') = 0)))
+    GROUP BY trace_id
+),
+located AS (
+    SELECT f.*, m.memory.span AS memory_span, m.memory.kind AS memory_kind, m.memory.problem AS memory_problem
+    FROM flagged f LEFT JOIN implicated m USING (trace_id)
+)
+SELECT f.trace_id, 'silent_degradation' AS category, {_SPAN},
+       CASE WHEN f.memory_span IS NOT NULL THEN 'memory'
+            WHEN coalesce(f.cut_off, false) OR coalesce(f.empty_answer, false) THEN 'model'
+            ELSE 'prompt' END AS layer,
+       'the run completed but ' || concat_ws(', ',
+           CASE WHEN f.failed_outcome THEN 'its outcome is fail' END,
+           CASE WHEN coalesce(f.low_score, false) THEN 'its score ' || round(f.score, 2) || ' < '
+                || $score_threshold END,
+           CASE WHEN coalesce(f.cut_off, false) THEN 'the final answer stopped with ' || f.finish_reason END,
+           CASE WHEN coalesce(f.empty_answer, false) THEN 'the answer is empty' END)
+         || CASE WHEN f.memory_span IS NOT NULL
+                 THEN '; a ' || f.memory_kind || ' ' || f.memory_problem ELSE '' END AS evidence,
+       CASE WHEN coalesce(f.failed_outcome, false) THEN 0.9
+            WHEN coalesce(f.cut_off, false) OR coalesce(f.empty_answer, false) THEN 0.8
+            ELSE 0.7 END AS confidence,
+       list_filter([CASE WHEN f.failed_outcome THEN 'outcome fail' END,
+                    CASE WHEN f.low_score THEN 'low score' END,
+                    CASE WHEN f.cut_off THEN 'finish reason' END,
+                    CASE WHEN f.empty_answer THEN 'empty answer' END],
+                   lambda x: x IS NOT NULL) AS signals
+FROM located f
+JOIN spans s ON s.trace_id = f.trace_id AND s.span_id = coalesce(f.memory_span, f.final_span, f.root_span)
+"""

@@ -1,0 +1,240 @@
+"""Selection of a replay corpus: every incident of the chosen categories plus a stratified baseline sample.
+
+The **incident corpus** is every kept trace with a finding of the chosen categories (default: all six)
+that matches ``where``. The **representative slice** is a uniform sample of ``baseline`` traces from the
+baseline slice (kept traces with ``baseline`` true that match ``where``), stratified by a ``traces``
+column with proportional allocation (largest remainders, so the stratum sizes add up to the request).
+Failures are not excluded from the slice: it must show them at their natural rate. A trace that is both
+is written once, with both reasons.
+
+Within a stratum, traces are ranked by ``sha256("<seed>:<trace_id>")``, so the sample depends only on the
+seed and the set of candidates, never on file or row order: the same seed gives the same corpus.
+
+Each trace's ``inclusion_probability`` in the manifest is the chance it reached the corpus: its π in the
+data dir, times, for a baseline sample, the stratum's sampling fraction (``selected / available``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._errors import AnalysisError
+from tailcut.analysis._source import is_remote
+
+if TYPE_CHECKING:
+    from tailcut.analysis._dataset import Dataset
+    from tailcut.exporters.corpus import CorpusSummary, Selection
+
+#: The stratum name of traces whose stratification column is null.
+NO_VALUE = "(none)"
+
+
+@dataclass(frozen=True)
+class CorpusSelection:
+    """What :func:`select_corpus` wrote.
+
+    Attributes
+    ----------
+    summary : CorpusSummary
+        The corpus writer's counts (path, runs, envelopes, traces that are not replayable).
+    selections : list of Selection
+        Every trace in the corpus, in manifest order, with why it is there and its π.
+    incidents : int
+        Traces selected as incidents.
+    baseline : int
+        Traces selected as the baseline sample.
+    strata : dict
+        Per stratum: ``{"available": n, "selected": k}``.
+    description : dict
+        What the manifest records about the selection.
+    """
+
+    summary: CorpusSummary
+    selections: list[Selection]
+    incidents: int
+    baseline: int
+    strata: dict[str, dict[str, int]] = field(default_factory=dict)
+    description: dict[str, Any] = field(default_factory=dict)
+
+
+def allocate(sizes: dict[str, int], total: int) -> dict[str, int]:
+    """Proportional allocation of ``total`` draws over strata of ``sizes`` (largest remainders, capped).
+
+    Parameters
+    ----------
+    sizes : dict of str to int
+        Candidates per stratum.
+    total : int
+        Draws wanted (at most the sum of ``sizes``).
+
+    Returns
+    -------
+    dict of str to int
+        Draws per stratum; they add up to ``min(total, sum(sizes))``.
+
+    Examples
+    --------
+    >>> allocate({"a": 50, "b": 30, "c": 20}, 10)
+    {'a': 5, 'b': 3, 'c': 2}
+    >>> allocate({"a": 1, "b": 99}, 3)
+    {'a': 0, 'b': 3}
+    """
+    available = sum(sizes.values())
+    total = min(total, available)
+    if total <= 0:
+        return dict.fromkeys(sizes, 0)
+    quotas = {k: total * n / available for k, n in sizes.items()}
+    counts = {k: int(q) for k, q in quotas.items()}
+    by_remainder = sorted(sizes, key=lambda k: (-(quotas[k] - counts[k]), k))
+    for key in by_remainder[: total - sum(counts.values())]:
+        counts[key] += 1
+    return counts
+
+
+def _rank(seed: int, trace_id: str) -> str:
+    return hashlib.sha256(f"{seed}:{trace_id}".encode()).hexdigest()
+
+
+def select_corpus(
+    dataset: Dataset,
+    out: str | os.PathLike[str],
+    *,
+    categories: Sequence[str] | None = None,
+    where: str | None = None,
+    baseline: int = 0,
+    stratify_by: str | None = "agent_name",
+    seed: int = 0,
+    overwrite: bool = False,
+) -> CorpusSelection:
+    """Select incidents and a stratified baseline sample, and write them as a replay corpus.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        A local data dir (classified first if it has no ``findings``).
+    out : path-like
+        The corpus directory to create.
+    categories : sequence of str, optional
+        Failure categories of the incident corpus (default: all).
+    where : str, optional
+        SQL predicate over ``traces`` columns that every selected trace must satisfy.
+    baseline : int, default 0
+        Baseline traces to sample (all available when fewer).
+    stratify_by : str or None, default "agent_name"
+        ``traces`` column to stratify the baseline sample by (None: one stratum).
+    seed : int, default 0
+        Seed of the sample; the same seed gives the same selection.
+    overwrite : bool, default False
+        Replace an existing corpus at ``out``.
+
+    Returns
+    -------
+    CorpusSelection
+
+    Raises
+    ------
+    AnalysisError
+        For an unknown category or column, a negative ``baseline``, a remote data dir, or an empty selection.
+    QueryError
+        If ``where`` is not valid SQL over ``traces``.
+    """
+    from tailcut.exporters.corpus import Selection, write_corpus
+
+    chosen = tuple(categories) if categories else CATEGORIES
+    unknown = [c for c in chosen if c not in CATEGORIES]
+    if unknown:
+        raise AnalysisError(f"unknown category {unknown[0]!r}; choose from: {', '.join(CATEGORIES)}")
+    if baseline < 0:
+        raise AnalysisError(f"--baseline must be 0 or more, got {baseline}")
+    if is_remote(dataset.location):
+        raise AnalysisError(f"{dataset.location}: selecting a corpus needs a local data dir")
+    columns = [name for name, _ in dataset.schema("traces")]
+    if stratify_by is not None and stratify_by not in columns:
+        raise AnalysisError(
+            f"traces has no column {stratify_by!r} to stratify by; choose one of: {', '.join(columns)}"
+        )
+    if not dataset.has_findings():
+        dataset.classify()
+    condition = f"({where})" if where else "true"
+    stratum = (
+        f"coalesce(CAST(t.\"{stratify_by}\" AS VARCHAR), '{NO_VALUE}')" if stratify_by else f"'{NO_VALUE}'"
+    )
+    rows = dataset.sql_arrow(
+        f"""
+        SELECT t.trace_id, t.inclusion_probability, t.baseline, {stratum} AS stratum,
+               coalesce(list(DISTINCT f.category) FILTER (WHERE list_contains(?, f.category)), []) AS found
+        FROM (SELECT * FROM traces WHERE kept AND {condition}) t
+        LEFT JOIN findings f USING (trace_id)
+        GROUP BY ALL
+        """,
+        params=[list(chosen)],
+    ).to_pylist()
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    incidents = sorted(
+        (r for r in rows if r["found"]),
+        key=lambda r: (min(order[c] for c in r["found"]), r["trace_id"]),
+    )
+    candidates: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["baseline"]:
+            candidates.setdefault(row["stratum"], []).append(row)
+    quota = allocate({k: len(v) for k, v in candidates.items()}, baseline)
+    sampled: dict[str, tuple[str, float]] = {}
+    for name in sorted(candidates):
+        pool = sorted(candidates[name], key=lambda r: _rank(seed, r["trace_id"]))
+        fraction = quota[name] / len(pool)
+        for row in pool[: quota[name]]:
+            sampled[row["trace_id"]] = (name, fraction)
+    selections = []
+    for row in incidents:
+        found = tuple(sorted(row["found"], key=order.__getitem__))
+        reason = f"incident: {', '.join(found)}"
+        if row["trace_id"] in sampled:
+            reason += f"; baseline slice sample ({_stratum_text(stratify_by, sampled[row['trace_id']][0])})"
+        selections.append(
+            Selection(row["trace_id"], reason, found, row["inclusion_probability"], row["baseline"])
+        )
+    chosen_ids = {s.trace_id for s in selections}
+    by_id = {r["trace_id"]: r for r in rows}
+    for trace_id, (name, fraction) in sorted(sampled.items(), key=lambda item: (item[1][0], item[0])):
+        if trace_id in chosen_ids:
+            continue
+        row = by_id[trace_id]
+        selections.append(
+            Selection(
+                trace_id,
+                f"baseline slice sample ({_stratum_text(stratify_by, name)})",
+                (),
+                row["inclusion_probability"] * fraction,
+                True,
+            )
+        )
+    if not selections:
+        raise AnalysisError("nothing to select: no kept trace shows those categories and --baseline is 0")
+    strata = {k: {"available": len(v), "selected": quota[k]} for k, v in sorted(candidates.items())}
+    description = {
+        "data_dir": dataset.location,
+        "categories": list(chosen),
+        "where": where,
+        "baseline_requested": baseline,
+        "baseline_selected": len(sampled),
+        "stratify_by": stratify_by,
+        "strata": strata,
+        "seed": seed,
+        "incidents": len(incidents),
+        "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
+    }
+    summary = write_corpus(
+        Path(dataset.location), selections, out, description=description, overwrite=overwrite
+    )
+    return CorpusSelection(summary, selections, len(incidents), len(sampled), strata, description)
+
+
+def _stratum_text(column: str | None, value: str) -> str:
+    return f"stratum {column}={value}" if column else "one stratum"

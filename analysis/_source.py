@@ -1,0 +1,144 @@
+"""Where a data dir's Parquet files are, and the DuckDB views that read them whatever their age.
+
+A data dir is local (a path) or remote (any URL DuckDB's ``httpfs`` extension reads: ``s3://``,
+``gs://``, ``https://`` ...). Its tables are hive-partitioned globs, ``spans/dt=*/*.parquet`` and
+``traces/dt=*/*.parquet``. Files written under an older schema lack the newer columns; ``union_by_name``
+fills them with NULL as long as one file has them, and a column no file has yet is added as a typed NULL,
+so a query written against today's schema runs over yesterday's files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from tailcut.analysis._errors import AnalysisError, NoDataError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+#: The data dir's tables, each read from ``<table>/**/*.parquet``.
+TABLES: Final = ("spans", "traces")
+#: The hive partition column every table gets from its ``dt=YYYY-MM-DD`` directories.
+PARTITION_COLUMN: Final = "dt"
+
+
+def is_remote(location: str) -> bool:
+    """Whether ``location`` is a URL (``s3://``, ``https://`` ...) rather than a local path."""
+    scheme, sep, _ = location.partition("://")
+    return bool(sep) and scheme.isalnum() and scheme.lower() != "file"
+
+
+def normalize_location(path: str | os.PathLike[str]) -> str:
+    """The data dir as a string DuckDB and polars accept: a URL unchanged, a path made absolute."""
+    text = os.fspath(path)
+    if is_remote(text):
+        return text.rstrip("/")
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return str(Path(text).expanduser().absolute())
+
+
+def table_glob(location: str, table: str) -> str:
+    """The glob of one table's Parquet files (hidden temporary files never match it)."""
+    return f"{location}/{table}/**/*.parquet"
+
+
+def ensure_remote_support(connection: duckdb.DuckDBPyConnection, location: str) -> None:
+    """Load DuckDB's ``httpfs`` extension for a remote data dir, or say why it cannot be read."""
+    import duckdb
+
+    try:
+        connection.execute("LOAD httpfs")
+    except duckdb.Error:
+        try:
+            connection.execute("INSTALL httpfs")
+            connection.execute("LOAD httpfs")
+        except duckdb.Error as exc:
+            first = str(exc).splitlines()[0]
+            raise AnalysisError(
+                f"{location}: reading a remote data dir needs DuckDB's httpfs extension, which could not "
+                f"be loaded ({first})"
+            ) from None
+
+
+def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict[str, bool]:
+    """Which tables have at least one Parquet file; raises :class:`NoDataError` when none has."""
+    import duckdb
+
+    if not is_remote(location):
+        root = Path(location)
+        if not root.exists():
+            raise NoDataError(f"{location}: no such data dir (write one with `tailcut collect` or `ingest`)")
+        if not root.is_dir():
+            raise NoDataError(f"{location}: not a directory; --data wants a tailcut data dir")
+    found = {}
+    for table in TABLES:
+        try:
+            rows = connection.execute(
+                "SELECT count(*) FROM glob(?)", [table_glob(location, table)]
+            ).fetchall()[0]
+        except duckdb.Error as exc:
+            raise NoDataError(f"{location}: cannot list {table}/ ({str(exc).splitlines()[0]})") from None
+        found[table] = bool(rows and rows[0])
+    if not any(found.values()):
+        raise NoDataError(
+            f"{location}: no Parquet files under spans/ or traces/; is it a tailcut data dir? "
+            "(it fills as `tailcut collect` or an agent's ParquetSpanExporter writes)"
+        )
+    return found
+
+
+@cache
+def duckdb_types(table: str) -> Mapping[str, str]:
+    """Column name to DuckDB type name for one table of :mod:`tailcut.exporters.schema`."""
+    import duckdb
+
+    from tailcut.exporters import schema
+
+    connection = duckdb.connect()
+    try:
+        connection.register("empty", schema.TABLES[table].empty_table())
+        rows = connection.execute("DESCRIBE SELECT * FROM empty").fetchall()
+    finally:
+        connection.close()
+    return {name: type_ for name, type_, *_ in rows}
+
+
+def empty_table(table: str) -> pa.Table:
+    """A table's schema with no rows, plus the partition column (for a table with no files yet)."""
+    import pyarrow as pa
+
+    from tailcut.exporters import schema
+
+    empty = schema.TABLES[table].empty_table()
+    return empty.append_column(PARTITION_COLUMN, pa.array([], pa.date32()))
+
+
+def create_table_view(
+    connection: duckdb.DuckDBPyConnection, location: str, table: str, present: bool
+) -> None:
+    """``CREATE VIEW <table>`` over its files, every current column present (typed NULL if no file has it)."""
+    if not present:
+        connection.register(f"_empty_{table}", empty_table(table))
+        connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
+        return
+    scan = (
+        f"read_parquet('{_quote(table_glob(location, table))}', hive_partitioning = true, "
+        "union_by_name = true)"
+    )
+    have = {row[0] for row in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+    missing = [
+        f"CAST(NULL AS {type_}) AS {name}" for name, type_ in duckdb_types(table).items() if name not in have
+    ]
+    extra = "".join(f", {column}" for column in missing)
+    connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT *{extra} FROM {scan}")
+
+
+def _quote(text: str) -> str:
+    """A string literal's body for SQL (single quotes doubled)."""
+    return text.replace("'", "''")

@@ -1,0 +1,166 @@
+"""One trace as a tree: what ``tailcut tree`` prints (indented and coloured) or writes as JSON.
+
+The tree is rebuilt from ``parent_span_id`` (not from the nested-set columns), so a trace with late
+spans or orphans still shows every span: orphans appear as extra roots after the real one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.tree import Tree
+
+    from tailcut.analysis._dataset import Dataset
+
+_COLUMNS: Final = (
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_time",
+    "duration_ms",
+    "status_code",
+    "status_message",
+    "error_type",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "finish_reason",
+    "tool_name",
+    "boundary",
+    "occurrence",
+    "seq",
+    "attempt",
+    "depth",
+    "span_index",
+    "is_orphan",
+)
+_KIND_STYLES: Final = {
+    "root": "bold magenta",
+    "agent": "magenta",
+    "llm": "cyan",
+    "tool": "green",
+    "retriever": "blue",
+    "embedding": "blue",
+    "memory": "yellow",
+    "router": "bright_yellow",
+}
+
+
+@dataclass
+class SpanNode:
+    """One span and its children (by start time)."""
+
+    span: dict[str, Any]
+    children: list[SpanNode] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in self.span.items()}
+        return {**values, "children": [child.to_dict() for child in self.children]}
+
+    def label(self) -> str:
+        """One line: kind, name, boundary#occurrence, duration, tokens, status and the error's first line."""
+        from rich.markup import escape
+
+        s = self.span
+        kind = s["kind"]
+        parts = [f"[{_KIND_STYLES.get(kind, 'white')}]{kind}[/] [bold]{escape(s['name'])}[/]"]
+        if s.get("boundary") and s.get("occurrence"):
+            parts.append(f"[dim]{escape(s['boundary'])}#{s['occurrence']}[/]")
+        if (s.get("attempt") or 1) > 1:
+            parts.append(f"[dim]attempt {s['attempt']}[/]")
+        parts.append(f"{s['duration_ms']:.1f} ms")
+        if s.get("input_tokens") is not None or s.get("output_tokens") is not None:
+            parts.append(f"tokens {s.get('input_tokens') or 0}→{s.get('output_tokens') or 0}")
+        if s.get("finish_reason"):
+            parts.append(f"[dim]{escape(s['finish_reason'])}[/]")
+        if s["status_code"] == "ERROR":
+            message = (s.get("status_message") or s.get("error_type") or "").splitlines()
+            parts.append(f"[bold red]ERROR[/] [red]{escape(message[0][:120]) if message else ''}[/]")
+        elif s["status_code"] == "OK":
+            parts.append("[green]OK[/]")
+        if s.get("is_orphan"):
+            parts.append("[yellow](orphan: parent missing)[/]")
+        return "  ".join(parts)
+
+
+@dataclass
+class SpanTree:
+    """A trace's spans as a tree, with its ``traces`` row when there is one."""
+
+    trace_id: str
+    roots: list[SpanNode]
+    trace: dict[str, Any] | None
+    span_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the trace row (times as ISO 8601) and the nested spans."""
+        trace = None
+        if self.trace is not None:
+            trace = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in self.trace.items()}
+        return {"trace_id": self.trace_id, "trace": trace, "spans": [r.to_dict() for r in self.roots]}
+
+    def rich_tree(self) -> Tree:
+        """The tree as a ``rich.tree.Tree`` (header line: the trace and its sampling decision)."""
+        from rich.tree import Tree
+
+        header = f"[bold]trace {self.trace_id}[/]  {self.span_count} spans"
+        if self.trace is not None:
+            t = self.trace
+            header += f"  outcome {t.get('outcome') or '-'}"
+            if t.get("outcome_score") is not None:
+                header += f" ({t['outcome_score']:.2f})"
+            header += f"  kept π={t['inclusion_probability']:.3g}" if t.get("kept") else "  dropped"
+            if t.get("baseline"):
+                header += " [dim](baseline slice)[/]"
+            if t.get("harness_revision"):
+                header += f"  revision {t['harness_revision']}"
+        tree = Tree(header)
+
+        def add(parent: Tree, node: SpanNode) -> None:
+            branch = parent.add(node.label())
+            for child in node.children:
+                add(branch, child)
+
+        for root in self.roots:
+            add(tree, root)
+        return tree
+
+    def render(self, console: Console) -> None:
+        console.print(self.rich_tree())
+
+
+def load_tree(dataset: Dataset, trace_id: str) -> SpanTree | None:
+    """The tree of ``trace_id``, or None when the data dir has none of its spans."""
+    from tailcut.analysis._output import to_rows
+
+    spans = to_rows(
+        dataset.sql_arrow(
+            f"SELECT {', '.join(_COLUMNS)} FROM spans WHERE trace_id = ? "
+            "ORDER BY start_time, span_index, span_id",
+            params=[trace_id],
+        )
+    )
+    if not spans:
+        return None
+    traces = dataset.sql_arrow("SELECT * EXCLUDE (dt) FROM traces WHERE trace_id = ?", params=[trace_id])
+    nodes = {}
+    for span in spans:
+        nodes.setdefault(span["span_id"], SpanNode(span))
+    roots = []
+    for span in spans:
+        node = nodes[span["span_id"]]
+        if node.span is not span:
+            continue  # a duplicate span id: the first one holds the children
+        parent = nodes.get(span["parent_span_id"]) if span["parent_span_id"] else None
+        if parent is None or parent is node or span.get("is_orphan"):
+            roots.append(node)
+        else:
+            parent.children.append(node)
+    roots.sort(key=lambda n: (n.span.get("is_orphan") or False, n.span["parent_span_id"] is not None))
+    trace = to_rows(traces)[0] if traces.num_rows else None
+    return SpanTree(trace_id, roots, trace, len(spans))

@@ -1,0 +1,324 @@
+"""The analysis commands: ``tailcut sql``, ``tree``, ``classify``, ``report``, ``compare``, ``select``.
+
+Each command opens a :class:`~tailcut.analysis.Dataset`, calls one library function and renders its
+result. Library errors (:class:`~tailcut.errors.TailcutError`) propagate to the ``tailcut`` group, which
+prints each as one line with a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from typing import Any
+
+import click
+
+_data_option = click.option(
+    "--data",
+    "data_dir",
+    required=True,
+    metavar="DIR",
+    help="The data dir (local path, or a URL DuckDB's httpfs reads, e.g. s3://bucket/data).",
+)
+
+
+def _console(**options: Any) -> Any:
+    from rich.console import Console
+
+    return Console(**options)
+
+
+def _open(data_dir: str) -> Any:
+    from tailcut.analysis import Dataset
+
+    return Dataset(data_dir)
+
+
+# ------------------------------------------------------------------------------------------------------ sql
+
+
+@click.command()
+@click.argument("query", required=False)
+@_data_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+    default="table",
+    show_default=True,
+    help="Output format (parquet needs --out).",
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout."
+)
+def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
+    """Run QUERY (DuckDB SQL) over the data dir, or open a shell without one.
+
+    Views: spans, traces, llm_calls, tool_calls, retrievals, kept_traces, baseline_traces. Table macros:
+    descendants(trace_id, span_id), ancestors(trace_id, span_id), span_path(trace_id, span_id). The shell
+    runs a statement once a line ends with ';' and knows .tables, .schema VIEW, .help and .quit. Python
+    twin: tailcut.analysis.Dataset.sql.
+    """
+    from tailcut.analysis._output import print_table, to_csv, to_json, write_file
+
+    dataset = _open(data_dir)
+    if query is None:
+        from tailcut.analysis._shell import run_shell
+
+        run_shell(dataset, _console(), interactive=sys.stdin.isatty())
+        return
+    table = dataset.sql_arrow(query)
+    if out is not None:
+        if fmt == "table":
+            fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
+        write_file(table, out, fmt)  # type: ignore[arg-type]
+        click.echo(f"wrote {table.num_rows} rows to {out}", err=True)
+    elif fmt == "table":
+        print_table(table, _console())
+    elif fmt == "parquet":
+        raise click.UsageError("--format parquet writes a file: give --out FILE")
+    else:
+        click.echo((to_csv(table) if fmt == "csv" else to_json(table)).decode(), nl=False)
+
+
+# ----------------------------------------------------------------------------------------------------- tree
+
+
+@click.command()
+@click.argument("trace_id")
+@_data_option
+@click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON instead.")
+def tree(trace_id: str, data_dir: str, as_json: bool) -> None:
+    """Show trace TRACE_ID as an indented span tree.
+
+    Each span shows its kind, name, boundary#occurrence, duration, tokens, status and the first line of
+    its error. Python twin: tailcut.analysis.Dataset.tree.
+    """
+    import orjson
+
+    span_tree = _open(data_dir).tree(trace_id.lower())
+    if as_json:
+        click.echo(orjson.dumps(span_tree.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        span_tree.render(_console())
+
+
+# ------------------------------------------------------------------------------------------------- classify
+
+
+@click.command()
+@_data_option
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Write every finding to this file (.parquet, .csv, .json)."
+)
+@click.option("--show", default=20, show_default=True, help="Findings to list in the terminal.")
+@click.option("--loop-min-repeats", type=int, help="Identical tool calls that make a tool_loop (default 3).")
+@click.option("--cost-z", type=float, help="Robust z of tokens or LLM calls for cost_blowup (default 6).")
+@click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
+@click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
+def classify(
+    data_dir: str,
+    out: str | None,
+    show: int,
+    loop_min_repeats: int | None,
+    cost_z: float | None,
+    score_threshold: float | None,
+    min_baseline: int | None,
+) -> None:
+    """Find failure categories in the kept traces: first span, harness layer, evidence.
+
+    Categories: error, schema_violation, schema_drift, tool_loop, cost_blowup, silent_degradation.
+    Python twin: tailcut.analysis.classify (the rule table is in its docstring).
+    """
+    from rich.table import Table
+
+    from tailcut.analysis._classify import Thresholds
+    from tailcut.analysis._output import write_file
+
+    changes = {
+        "loop_min_repeats": loop_min_repeats,
+        "cost_z": cost_z,
+        "score_threshold": score_threshold,
+        "min_baseline": min_baseline,
+    }
+    thresholds = Thresholds(**{k: v for k, v in changes.items() if v is not None})
+    dataset = _open(data_dir)
+    findings = dataset.classify(thresholds=thresholds)
+    console = _console()
+    summary = dataset.sql_arrow(
+        "SELECT category, count(*) AS findings, string_agg(DISTINCT layer, ', ' ORDER BY layer) AS layers "
+        "FROM findings GROUP BY 1 ORDER BY 2 DESC, 1"
+    )
+    (kept,) = dataset.connection.execute("SELECT count(DISTINCT trace_id) FROM spans").fetchall()[0]
+    table = Table(title=f"findings in {kept} kept traces", title_justify="left")
+    for column in ("category", "findings", "layers"):
+        table.add_column(column)
+    for row in summary.to_pylist():
+        table.add_row(row["category"], str(row["findings"]), row["layers"])
+    console.print(table)
+    listing = Table(show_lines=False)
+    for column in ("trace", "category", "first span", "layer", "evidence"):
+        listing.add_column(column, overflow="fold")
+    for row in findings.head(show).iter_rows(named=True):
+        where = f"{row['boundary'] or row['span_name']}" + (
+            f"#{row['occurrence']}" if row["occurrence"] else ""
+        )
+        listing.add_row(row["trace_id"], row["category"], where, row["layer"], row["evidence"])
+    if show and len(findings):
+        console.print(listing)
+    if out is not None:
+        fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
+        write_file(findings.to_arrow(), out, fmt)  # type: ignore[arg-type]
+        console.print(f"wrote {len(findings)} findings to {out}")
+
+
+# --------------------------------------------------------------------------------------------------- report
+
+
+@click.command()
+@_data_option
+@click.option(
+    "--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report."
+)
+def report(data_dir: str, html_path: str | None) -> None:
+    """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
+
+    Failure-category rates are shown twice: Hájek over kept traces (1/π weighted) and from the baseline
+    slice. --html adds plots (tokens and latency, rates with intervals, decisions over time) as inline
+    SVG. Python twin: tailcut.analysis.build_report.
+    """
+    from tailcut.analysis._report import build_report
+
+    result = build_report(_open(data_dir))
+    console = _console()
+    result.render_terminal(console)
+    if html_path is not None:
+        console.print(f"wrote {result.write_html(html_path)}")
+
+
+# -------------------------------------------------------------------------------------------------- compare
+
+
+def _moment(text: str) -> dt.datetime:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 time, e.g. 2026-11-29T10:00") from None
+
+
+@click.command()
+@click.option("--data", "data_dir", metavar="DIR", help="The data dir (for --by and --window).")
+@click.option(
+    "--by", "column", metavar="COLUMN", help="Compare two values of this traces column (then give A B)."
+)
+@click.option(
+    "--window", "windows", nargs=2, multiple=True, metavar="START END", help="A time window; give two."
+)
+@click.option(
+    "--results", nargs=2, type=click.Path(dir_okay=False), metavar="A B", help="Two replay-result files."
+)
+@click.argument("values", nargs=-1)
+def compare(
+    data_dir: str | None,
+    column: str | None,
+    windows: tuple[tuple[str, str], ...],
+    results: tuple[str, str] | None,
+    values: tuple[str, ...],
+) -> None:
+    """Compare failure rates of two groups, with a verdict and its intervals per category.
+
+    \b
+      tailcut compare --data DIR --by harness_revision v1 v2
+      tailcut compare --data DIR --window 2026-11-01 2026-11-08 --window 2026-11-08 2026-11-15
+      tailcut compare --results before.parquet after.parquet
+
+    Verdicts: regression / improvement (the baseline slice's interval excludes 0), confined to tail
+    sample (only the tail-kept interval does), no evidence. Python twins: tailcut.analysis.compare_by,
+    compare_windows, compare_results.
+    """
+    modes = [bool(column), bool(windows), bool(results)]
+    if sum(modes) != 1:
+        raise click.UsageError(
+            "give exactly one of --by COLUMN A B, --window START END (twice), --results A B"
+        )
+    console = _console()
+    if results:
+        from tailcut.analysis._results import compare_results
+
+        if values:
+            raise click.UsageError("--results takes its two files; no further arguments")
+        compare_results(*results).render_terminal(console)
+        return
+    if data_dir is None:
+        raise click.UsageError("--by and --window need --data DIR")
+    from tailcut.analysis._compare import compare_by, compare_windows
+
+    if column:
+        if len(values) != 2:
+            raise click.UsageError(f"--by {column} needs two values to compare, e.g. --by {column} v1 v2")
+        compare_by(_open(data_dir), column, values[0], values[1]).render_terminal(console)
+        return
+    if len(windows) != 2 or values:
+        raise click.UsageError("--window takes START END and must be given exactly twice")
+    first, second = ((_moment(s), _moment(e)) for s, e in windows)
+    compare_windows(_open(data_dir), first, second).render_terminal(console)
+
+
+# --------------------------------------------------------------------------------------------------- select
+
+
+@click.command()
+@_data_option
+@click.option(
+    "--category", "categories", multiple=True, help="Incident category (repeatable; default: all six)."
+)
+@click.option("--where", help="SQL predicate over traces columns that every selected trace satisfies.")
+@click.option(
+    "--baseline", type=click.IntRange(min=0), default=0, show_default=True, help="Baseline traces to sample."
+)
+@click.option(
+    "--stratify-by", default="agent_name", show_default=True, help="traces column to stratify the sample by."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the baseline sample.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="The corpus directory to create."
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
+def select(
+    data_dir: str,
+    categories: tuple[str, ...],
+    where: str | None,
+    baseline: int,
+    stratify_by: str,
+    seed: int,
+    out: str,
+    overwrite: bool,
+) -> None:
+    """Select incidents plus a stratified baseline sample into a replay corpus.
+
+    Every kept trace with a finding of the chosen categories (the incident corpus) plus BASELINE traces
+    drawn uniformly from the baseline slice, proportionally per stratum; the manifest says why each trace
+    is there and its inclusion probability. The same seed gives the same selection. Python twin:
+    tailcut.analysis.select_corpus.
+    """
+    from tailcut.analysis._select import select_corpus
+
+    chosen = select_corpus(
+        _open(data_dir),
+        out,
+        categories=categories or None,
+        where=where,
+        baseline=baseline,
+        stratify_by=stratify_by or None,
+        seed=seed,
+        overwrite=overwrite,
+    )
+    summary = chosen.summary
+    click.echo(
+        f"wrote {summary.runs} traces ({chosen.incidents} incidents, {chosen.baseline} baseline) and "
+        f"{summary.envelopes} envelopes to {summary.path}"
+    )
+    if chosen.baseline < baseline:
+        click.echo(f"only {chosen.baseline} baseline-slice traces were available (asked for {baseline})")
+    if summary.not_replayable:
+        click.echo(f"{len(summary.not_replayable)} trace(s) are not replayable; see the manifest")
