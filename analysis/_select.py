@@ -110,6 +110,7 @@ def select_corpus(
     baseline: int = 0,
     stratify_by: str | None = "agent_name",
     seed: int = 0,
+    per_category: int | None = None,
     overwrite: bool = False,
 ) -> CorpusSelection:
     """Select incidents and a stratified baseline sample, and write them as a replay corpus.
@@ -130,6 +131,10 @@ def select_corpus(
         ``traces`` column to stratify the baseline sample by (None: one stratum).
     seed : int, default 0
         Seed of the sample; the same seed gives the same selection.
+    per_category : int, optional
+        At most this many incidents per category (a seeded uniform sample of each category's incidents,
+        taken in category order; a trace taken for one category counts for the others it shows).
+        Default: every incident.
     overwrite : bool, default False
         Replace an existing corpus at ``out``.
 
@@ -152,6 +157,8 @@ def select_corpus(
         raise AnalysisError(f"unknown category {unknown[0]!r}; choose from: {', '.join(CATEGORIES)}")
     if baseline < 0:
         raise AnalysisError(f"--baseline must be 0 or more, got {baseline}")
+    if per_category is not None and per_category < 1:
+        raise AnalysisError(f"--per-category must be 1 or more, got {per_category}")
     if is_remote(dataset.location):
         raise AnalysisError(f"{dataset.location}: selecting a corpus needs a local data dir")
     columns = [name for name, _ in dataset.schema("traces")]
@@ -180,6 +187,9 @@ def select_corpus(
         (r for r in rows if r["found"]),
         key=lambda r: (min(order[c] for c in r["found"]), r["trace_id"]),
     )
+    incident_fraction: dict[str, float] = {}
+    if per_category is not None:
+        incidents, incident_fraction = _cap_per_category(incidents, chosen, per_category, seed)
     candidates: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row["baseline"]:
@@ -197,9 +207,8 @@ def select_corpus(
         reason = f"incident: {', '.join(found)}"
         if row["trace_id"] in sampled:
             reason += f"; baseline slice sample ({_stratum_text(stratify_by, sampled[row['trace_id']][0])})"
-        selections.append(
-            Selection(row["trace_id"], reason, found, row["inclusion_probability"], row["baseline"])
-        )
+        pi = row["inclusion_probability"] * incident_fraction.get(row["trace_id"], 1.0)
+        selections.append(Selection(row["trace_id"], reason, found, pi, row["baseline"]))
     chosen_ids = {s.trace_id for s in selections}
     by_id = {r["trace_id"]: r for r in rows}
     for trace_id, (name, fraction) in sorted(sampled.items(), key=lambda item: (item[1][0], item[0])):
@@ -228,12 +237,33 @@ def select_corpus(
         "strata": strata,
         "seed": seed,
         "incidents": len(incidents),
+        "per_category": per_category,
         "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
     }
     summary = write_corpus(
         Path(dataset.location), selections, out, description=description, overwrite=overwrite
     )
     return CorpusSelection(summary, selections, len(incidents), len(sampled), strata, description)
+
+
+def _cap_per_category(
+    incidents: list[dict[str, Any]], categories: Sequence[str], limit: int, seed: int
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """At most ``limit`` incidents per category, seeded; and each kept trace's sampling fraction.
+
+    A trace's fraction is that of the first category it was taken for (``taken / available``).
+    """
+    taken: dict[str, float] = {}
+    for category in categories:
+        pool = sorted(
+            (r for r in incidents if category in r["found"]), key=lambda r: _rank(seed, r["trace_id"])
+        )
+        already = sum(1 for r in pool if r["trace_id"] in taken)
+        room = max(0, limit - already)
+        fresh = [r for r in pool if r["trace_id"] not in taken][:room]
+        for row in fresh:
+            taken[row["trace_id"]] = (already + len(fresh)) / len(pool)
+    return [r for r in incidents if r["trace_id"] in taken], taken
 
 
 def _stratum_text(column: str | None, value: str) -> str:

@@ -281,6 +281,12 @@ def compare(
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the baseline sample.")
 @click.option(
+    "--per-category",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most N incidents per category (a seeded sample); default every incident.",
+)
+@click.option(
     "--out", required=True, type=click.Path(file_okay=False), help="The corpus directory to create."
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
@@ -291,6 +297,7 @@ def select(
     baseline: int,
     stratify_by: str,
     seed: int,
+    per_category: int | None,
     out: str,
     overwrite: bool,
 ) -> None:
@@ -311,6 +318,7 @@ def select(
         baseline=baseline,
         stratify_by=stratify_by or None,
         seed=seed,
+        per_category=per_category,
         overwrite=overwrite,
     )
     summary = chosen.summary

@@ -341,3 +341,18 @@ def test_select_errors(sampled, tmp_path):
     where = run("select", "--data", str(sampled), "--where", "nosuch > 1", "--out", str(tmp_path / "c"))
     assert where.exit_code == 1 and "Binder Error" in where.output
     assert not (tmp_path / "c").exists()
+
+
+def test_select_per_category_caps_incidents_reproducibly(sampled, tmp_path):
+    def chosen(out, *extra):
+        result = run("select", "--data", str(sampled), "--seed", "1", "--out", str(tmp_path / out), *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / out / "manifest.json").read_text())["traces"]
+
+    everything = chosen("all")
+    capped = chosen("capped", "--per-category", "2")
+    assert chosen("again", "--per-category", "2") == capped
+    categories = {c for trace in everything for c in trace["categories"]}
+    assert len(capped) <= 2 * len(categories) < len(everything)
+    assert {c for trace in capped for c in trace["categories"]} == categories  # every category still shown
+    assert all(trace["inclusion_probability"] < 1.0 for trace in capped)  # sampled, so pi shrinks
