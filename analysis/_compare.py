@@ -3,7 +3,7 @@
 Two groups of one data dir (two values of a ``traces`` column, such as two harness revisions, or two time
 windows) are compared per failure category with :func:`tailcut.analysis.stats.compare_groups`: the
 baseline slice decides ``regression``/``improvement``; a difference seen only among tail-kept traces is
-``confined to tail sample``. The Hájek (1/π weighted) rate of each group is reported beside them.
+``confined to tail sample``. The 1/π-weighted (Horvitz–Thompson) rate of each group is reported beside them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CategoryComparison:
-    """One category in both groups: the verdict (with both intervals) and each group's Hájek rate."""
+    """One category in both groups: the verdict (with both intervals) and each group's 1/π-weighted rate."""
 
     category: str
     verdict: stats.Verdict

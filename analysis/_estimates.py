@@ -1,8 +1,10 @@
 """Population rates of the failure categories, from the samples that can support them.
 
 A finding needs spans, and spans exist only for kept traces, so a category's population rate comes from
-the kept traces weighted by ``1/π`` (Hájek), with the baseline-slice rate beside it (the uniform sample:
-kept baseline traces, classified like the rest). Quantities of the ``traces`` table itself (traffic,
+the kept traces weighted by ``1/π`` over the exact number of traces seen (Horvitz–Thompson with N
+known: the traces the policies kept are counted, the rest are represented by their baseline members),
+with the baseline-slice rate beside it (the uniform sample: kept baseline traces, classified like the
+rest). Quantities of the ``traces`` table itself (traffic,
 outcomes, tokens) are exact counts over every trace seen. Every estimate carries its n, its effective n
 and its sample (:class:`tailcut.analysis.stats.Estimate`).
 
@@ -38,7 +40,8 @@ class CategoryRate:
     kept_hits : int
         Kept traces with a finding of this category.
     weighted : Estimate or None
-        Hájek estimate over kept traces with weights ``1/π`` (None when nothing is kept).
+        Horvitz–Thompson estimate over kept traces with weights ``1/π`` and N the traces seen
+        (None when nothing is kept).
     baseline : Estimate or None
         Rate among classified baseline-slice traces (None when the slice is empty).
     """
@@ -55,6 +58,8 @@ class GroupSample:
 
     inclusion_probability: Sequence[float]
     baseline: Sequence[bool]
+    #: traces seen in the group, kept or dropped (the ``traces`` table has a row for each)
+    population: int
     tail: Sequence[bool]
     #: category -> per-trace indicator, aligned with the other fields
     hits: Mapping[str, Sequence[bool]]
@@ -74,12 +79,13 @@ class GroupSample:
         )
 
     def rate(self, category: str) -> CategoryRate:
-        """The Hájek and baseline-slice estimates of one category."""
+        """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
         weighted = None
         if self.size:
-            weights = [1.0 / p for p in self.inclusion_probability]
-            weighted = stats.weighted_proportion([float(h) for h in hits], weights)
+            weighted = stats.horvitz_thompson_proportion(
+                [float(h) for h in hits], self.inclusion_probability, self.population
+            )
         counts = self.counts(category)
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
@@ -114,7 +120,15 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
         params=list(params),
     )
     categories = table.column("categories").to_pylist()
+    (population,) = (
+        dataset.sql_arrow(
+            f"SELECT count(DISTINCT trace_id) AS n FROM traces t WHERE ({where})", params=list(params)
+        )
+        .column("n")
+        .to_pylist()
+    )
     return GroupSample(
+        population=population,
         inclusion_probability=table.column("inclusion_probability").to_pylist(),
         baseline=table.column("baseline").to_pylist(),
         tail=table.column("tail").to_pylist(),
@@ -123,7 +137,7 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
 
 
 def category_rates(dataset: Dataset) -> list[CategoryRate]:
-    """Every category's population rate: Hájek over kept traces and the baseline-slice rate.
+    """Every category's population rate: Horvitz–Thompson over kept traces and the baseline-slice rate.
 
     Parameters
     ----------

@@ -66,22 +66,22 @@ def distribution_plot(distributions: Mapping[str, Mapping[str, Sequence[float]]]
 
 
 def category_plot(rates: Sequence[CategoryRate], truth: Mapping[str, float] | None) -> str:
-    """Each category's Hájek and baseline-slice rate with its 95% interval (and the true rate if known)."""
+    """Each category's 1/π-weighted and baseline-slice rate with its 95% interval (and the true rate)."""
     if not rates:
         return ""
     figure, ax = _figure(8.5, 3.8)
-    offsets = {"Hájek (kept, 1/π)": -0.15, "baseline slice": 0.15}
+    offsets = {"kept, 1/π weighted": -0.15, "baseline slice": 0.15}
     for label, offset in offsets.items():
         xs, ys, lows, highs = [], [], [], []
         for i, rate in enumerate(rates):
-            estimate = rate.weighted if label.startswith("Hájek") else rate.baseline
+            estimate = rate.weighted if label.startswith("kept") else rate.baseline
             if estimate is None:
                 continue
             xs.append(i + offset)
             ys.append(estimate.value)
             lows.append(estimate.value - estimate.low)
             highs.append(estimate.high - estimate.value)
-        colour = _COLOURS["tail-kept"] if label.startswith("Hájek") else _COLOURS["baseline slice"]
+        colour = _COLOURS["tail-kept"] if label.startswith("kept") else _COLOURS["baseline slice"]
         ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o", capsize=4, color=colour, label=label)
     if truth:
         points = [(i, truth[r.category]) for i, r in enumerate(rates) if r.category in truth]

@@ -3,8 +3,9 @@
 :func:`build_report` gathers everything once into a :class:`Report`; the report renders itself in the
 terminal (rich tables) or as one self-contained HTML file whose plots are inline SVG drawn by matplotlib
 (no network, no JavaScript). Every rate carries its interval, its n and its sample; failure-category
-rates are shown two ways, Hájek over kept traces (1/π weighted) and the baseline slice, side by side,
-with an optional column of true rates (``truth``) that ``tailcut demo`` fills from the fleet's mix.
+rates are shown two ways, Horvitz–Thompson over kept traces (1/π weighted, N known) and the baseline
+slice, side by side, with an optional column of true rates (``truth``) that ``tailcut demo`` fills
+from the fleet's mix.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Report:
     reasons, policies : list of CountRow
         Decisions by decision reason and by matching policy (``weighted`` is the kept count there).
     categories : list of CategoryRate
-        Each category's Hájek and baseline-slice rate.
+        Each category's 1/π-weighted and baseline-slice rate.
     population : list of tuple
         ``(quantity, estimate)`` exact over every trace seen (``traces`` table).
     layers, boundaries : list of CountRow
@@ -129,7 +130,7 @@ class Report:
         categories = Table(title="failure categories (population rate, 95% interval)", title_justify="left")
         categories.add_column("category")
         categories.add_column("kept traces", justify="right")
-        categories.add_column("Hájek, kept 1/π weighted")
+        categories.add_column("kept, 1/π weighted (HT)")
         categories.add_column("baseline slice")
         if self.truth is not None:
             categories.add_column("true rate", justify="right")

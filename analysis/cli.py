@@ -183,9 +183,9 @@ def classify(
 def report(data_dir: str, html_path: str | None) -> None:
     """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
 
-    Failure-category rates are shown twice: Hájek over kept traces (1/π weighted) and from the baseline
-    slice. --html adds plots (tokens and latency, rates with intervals, decisions over time) as inline
-    SVG. Python twin: tailcut.analysis.build_report.
+    Failure-category rates are shown twice: over kept traces weighted by 1/π (Horvitz–Thompson) and
+    from the baseline slice. --html adds plots (tokens and latency, rates with intervals, decisions over
+    time) as inline SVG. Python twin: tailcut.analysis.build_report.
     """
     from tailcut.analysis._report import build_report
 

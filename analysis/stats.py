@@ -68,6 +68,7 @@ __all__ = [
     "difference",
     "format_rate",
     "horvitz_thompson_mean",
+    "horvitz_thompson_proportion",
     "horvitz_thompson_total",
     "kish_effective_size",
     "mcnemar",
@@ -621,6 +622,99 @@ def horvitz_thompson_mean(
         1 / pi,
         method="horvitz-thompson",
         sample=WEIGHTED,
+        confidence=confidence,
+    )
+
+
+def horvitz_thompson_proportion(
+    indicator: ArrayLike,
+    inclusion_probabilities: ArrayLike,
+    population_size: int,
+    *,
+    sample: Sample = WEIGHTED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Estimate:
+    """A population rate ``Σ (y/π) / N`` from kept traces when N, the number of traces seen, is known.
+
+    tailcut's ``traces`` table has a row for every trace seen, so N is exact. The traces a
+    deterministic policy kept (π = 1) are a census of their stratum: their hits are counted, not
+    estimated. The other N − n₁ traces are represented by the baseline members among them, a uniform
+    sample (each trace joins the slice from its id alone, with the same probability p), so their rate
+    r₂ is a plain proportion of that sample. The estimate is ``(h₁ + (N − n₁)·r̂₂) / N``, which equals
+    the Horvitz–Thompson mean.
+
+    The interval is about the rate of the process producing traces (as for :func:`proportion`). It
+    combines Wilson's interval for the counted part (h₁ of N) and Wilson's interval for r₂ (h₂ of the
+    m sampled traces, scaled by (N − n₁)/N) with the MOVER rule (Newcombe's method for sums), so a
+    category the policies never catch, seen 0 times in the sample, still gets an honest upper bound.
+    When the π < 1 traces do not share one probability (rate-limited policies), the linearized
+    variance ``p(1 − p)/N + Σ (1 − π)/π² · y² / N²`` and Wilson's interval on its effective n are
+    used instead.
+
+    Parameters
+    ----------
+    indicator : array_like of bool or {0, 1}
+        Whether each kept trace has the property.
+    inclusion_probabilities : array_like of float
+        Each kept trace's π, in (0, 1].
+    population_size : int
+        N, traces seen (kept or dropped), ≥ the number of kept traces.
+    sample : str, default "kept (1/π weighted)"
+        Label of the rows' sample.
+    confidence : float, default 0.95
+        Confidence level.
+
+    Returns
+    -------
+    Estimate
+        ``method="horvitz-thompson"``; ``successes`` is the estimated count ``Σ y/π`` and ``n_effective``
+        the effective sample size the interval's width corresponds to.
+
+    Examples
+    --------
+    Every one of 30 loops in 1000 traces was kept by a policy (π = 1): the count is exact.
+
+    >>> print(horvitz_thompson_proportion([1] * 30 + [0] * 70, [1.0] * 100, population_size=1000))
+    3.0% [2.1%, 4.3%] (n=100, kept (1/π weighted))
+    """
+    _check_choice(sample, get_args(Sample), "sample")
+    y, pi = _values_and_probabilities(_indicator(indicator), inclusion_probabilities)
+    _check_count(population_size, "population_size")
+    if population_size < y.size:
+        raise StatisticsInputError(
+            f"population_size ({population_size}) is smaller than the {y.size} kept traces given"
+        )
+    n = population_size
+    count = float(np.sum(y / pi))
+    p = min(count / n, 1.0)
+    sampled = pi < 1
+    if sampled.any() and np.ptp(pi[sampled]) == 0:
+        census_hits = float(y[~sampled].sum())
+        rest = n - int((~sampled).sum())
+        a, (a_low, a_high) = census_hits / n, wilson_interval(census_hits, n, confidence=confidence)
+        r_hits, r_n = float(y[sampled].sum()), int(sampled.sum())
+        r_low, r_high = wilson_interval(r_hits, r_n, confidence=confidence)
+        scale = rest / n
+        b, b_low, b_high = scale * r_hits / r_n, scale * r_low, scale * r_high
+        p = min(a + b, 1.0)
+        low = max(0.0, p - math.hypot(a - a_low, b - b_low))
+        high = min(1.0, p + math.hypot(a_high - a, b_high - b))
+        half = (high - low) / 2
+        z = _z(confidence)
+        n_effective = p * (1 - p) * (z / half) ** 2 if 0 < p < 1 and half > 0 else float(n)
+    else:
+        variance = p * (1 - p) / n + float(np.sum((1 - pi) / pi**2 * y)) / n**2
+        n_effective = p * (1 - p) / variance if 0 < p < 1 and variance > 0 else float(n)
+        low, high = wilson_interval(p * n_effective, n_effective, confidence=confidence)
+    return Estimate(
+        value=p,
+        low=low,
+        high=high,
+        n=int(y.size),
+        n_effective=float(n_effective),
+        successes=count,
+        method="horvitz-thompson",
+        sample=sample,
         confidence=confidence,
     )
 

@@ -108,9 +108,9 @@ def test_a_small_baseline_slice_does_not_flag_ordinary_runs(fleet, census, tmp_p
         ) & set(fleet.failing)
 
 
-def test_hajek_intervals_cover_the_true_rates_across_baseline_slices(fleet, census):
-    """Design-based coverage: 200 different uniform 10% slices of the same fleet, each category's Hájek
-    interval (and the baseline-slice interval) must contain the fleet's true rate in ≥ 85% of them
+def test_weighted_intervals_cover_the_true_rates_across_baseline_slices(fleet, census):
+    """Design-based coverage: 200 different uniform 10% slices of the same fleet, each category's 1/π
+    weighted interval (and the baseline-slice interval) must contain the fleet's true rate in ≥ 85% of them
     (nominal 95%; a single slice would test nothing but luck)."""
     _, findings = census
     categories_of = {}
@@ -125,6 +125,7 @@ def test_hajek_intervals_cover_the_true_rates_across_baseline_slices(fleet, cens
         member = {t: in_slice(t, 0.1, f"salt{salt}") for t in runs}
         kept = [t for t in runs if t in failing or member[t]]
         sample = GroupSample(
+            population=len(runs),
             inclusion_probability=[1.0 if t in failing else 0.1 for t in kept],
             baseline=[member[t] for t in kept],
             tail=[t in failing for t in kept],
@@ -132,7 +133,7 @@ def test_hajek_intervals_cover_the_true_rates_across_baseline_slices(fleet, cens
         )
         for category in CATEGORIES:
             rate = sample.rate(category)
-            covered["hajek", category] += rate.weighted.low <= truth[category] <= rate.weighted.high
+            covered["weighted", category] += rate.weighted.low <= truth[category] <= rate.weighted.high
             covered["baseline", category] += rate.baseline.low <= truth[category] <= rate.baseline.high
     for (kind, category), hits in covered.items():
         assert hits / slices >= 0.85, (kind, category, hits / slices)
