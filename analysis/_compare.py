@@ -61,30 +61,41 @@ class Comparison:
         """Print the comparison as a rich table: verdict, both intervals and their denominators."""
         from rich.table import Table
 
+        a, b = self.first_label, self.second_label
         table = Table(title=f"compare {self.description}", title_justify="left")
         table.add_column("category")
         table.add_column("verdict")
-        table.add_column(f"baseline slice {self.first_label} → {self.second_label}")
-        table.add_column("tail-kept")
-        table.add_column(f"1/π weighted {self.first_label}")
-        table.add_column(f"1/π weighted {self.second_label}")
+        table.add_column(f"population (1/π weighted)\n{b} − {a} [95%]\n(rate {a} → {b})")
+        table.add_column(f"baseline slice\n{b} − {a} [95%]\n(hits/traces {a} → {b})")
+        table.add_column(f"tail-kept\n{b} − {a} [95%]\n(hits/traces {a} → {b})")
         styles = {"regression": "bold red", "improvement": "green", "confined to tail sample": "yellow"}
         for row in self.categories:
             verdict = row.verdict
             table.add_row(
                 row.category,
                 f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]",
-                str(verdict.baseline),
-                str(verdict.tail),
-                str(row.first.weighted) if row.first.weighted else "-",
-                str(row.second.weighted) if row.second.weighted else "-",
+                _difference_cell(verdict.population, rates=True) if verdict.population else "-",
+                _difference_cell(verdict.baseline),
+                _difference_cell(verdict.tail),
             )
         console.print(table)
         console.print(
-            f"kept traces: {self.first_label} {self.first_traces}, {self.second_label} {self.second_traces}. "
-            "Verdicts come from the baseline slice (uniform); a change seen only among tail-kept traces is "
+            f"kept traces: {a} {self.first_traces}, {b} {self.second_traces}. Verdicts rest on the "
+            "population estimate (policy-kept failures counted against every trace seen, the rest "
+            "from the uniform baseline slice); a change seen only among tail-kept traces is "
             "'confined to tail sample'."
         )
+
+
+def _difference_cell(difference: stats.Difference, *, rates: bool = False) -> str:
+    """``+4.0 pp [+0.3, +7.8]`` over ``12/500 → 40/500`` or ``2.4% → 8.0%`` (B − A; ``first`` is B)."""
+    before, after = difference.second, difference.first
+    if rates:
+        below = f"{before.value:.1%} → {after.value:.1%}"
+    else:
+        below = f"{before.successes:.0f}/{before.n} → {after.successes:.0f}/{after.n}"
+    low, high = difference.low * 100, difference.high * 100
+    return f"{difference.value * 100:+.1f} pp [{low:+.1f}, {high:+.1f}]\n{below}"
 
 
 def _compare(

@@ -69,24 +69,27 @@ class GroupSample:
         return len(self.inclusion_probability)
 
     def counts(self, category: str) -> stats.GroupCounts:
-        """Baseline-slice and tail-kept counts of one category (what a verdict is computed from)."""
+        """One category's baseline-slice and tail-kept counts and population rate (a verdict's inputs)."""
         hits = self.hits[category]
         return stats.GroupCounts(
             baseline_hits=sum(h for h, b in zip(hits, self.baseline, strict=True) if b),
             baseline_n=sum(self.baseline),
             tail_hits=sum(h for h, t in zip(hits, self.tail, strict=True) if t),
             tail_n=sum(self.tail),
+            population=self._weighted(category),
         )
+
+    def _weighted(self, category: str) -> stats.Estimate | None:
+        if not self.size:
+            return None
+        hits = [float(h) for h in self.hits[category]]
+        return stats.horvitz_thompson_proportion(hits, self.inclusion_probability, self.population)
 
     def rate(self, category: str) -> CategoryRate:
         """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
-        weighted = None
-        if self.size:
-            weighted = stats.horvitz_thompson_proportion(
-                [float(h) for h in hits], self.inclusion_probability, self.population
-            )
         counts = self.counts(category)
+        weighted = counts.population
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
             if counts.baseline_n

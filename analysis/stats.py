@@ -248,12 +248,16 @@ class GroupCounts:
         Baseline-slice traces showing the category, and baseline-slice traces in all.
     tail_hits, tail_n : int
         Tail-kept traces (kept by a deterministic policy) showing the category, and tail-kept traces in all.
+    population : Estimate or None
+        The group's population rate from the kept traces weighted by 1/π over the traces seen
+        (:func:`horvitz_thompson_proportion`), when known.
     """
 
     baseline_hits: int
     baseline_n: int
     tail_hits: int
     tail_n: int
+    population: Estimate | None = None
 
 
 @dataclass(frozen=True)
@@ -267,11 +271,14 @@ class Verdict:
     label : str
         ``"regression"``, ``"improvement"``, ``"no evidence"`` or ``"confined to tail sample"``.
     baseline : Difference
-        B − A among baseline-slice traces (the representative evidence).
+        B − A among baseline-slice traces (the uniform sample alone).
     tail : Difference
         B − A among tail-kept traces.
     reason : str
         The rule that fired, in words.
+    population : Difference or None
+        B − A of the population rates (1/π weighted over the traces seen), when both groups had one:
+        then the verdict rests on it rather than on the baseline slice alone.
     """
 
     category: str
@@ -279,9 +286,13 @@ class Verdict:
     baseline: Difference
     tail: Difference
     reason: str
+    population: Difference | None = None
 
     def __str__(self) -> str:
-        return f"{self.category}: {self.label}; baseline slice {self.baseline}; tail-kept {self.tail}"
+        evidence = f"population {self.population}; " if self.population is not None else ""
+        return (
+            f"{self.category}: {self.label}; {evidence}baseline slice {self.baseline}; tail-kept {self.tail}"
+        )
 
 
 # ------------------------------------------------------------------------------------ single proportions
@@ -1010,18 +1021,23 @@ def compare_groups(
 ) -> dict[str, Verdict]:
     """The regression verdict of ``tailcut compare``, per failure category, from group A to group B.
 
-    For each category two Newcombe intervals (method 10) are computed for the rate in B minus the rate
-    in A: ``baseline`` from the baseline-slice counts, ``tail`` from the tail-kept counts. The rule:
+    For each category Newcombe intervals (method 10) are computed for the rate in B minus the rate in A:
+    ``baseline`` from the baseline-slice counts, ``tail`` from the tail-kept counts, and, when both
+    groups carry a ``population`` estimate, ``population`` from those (on their effective sizes). The
+    representative interval is ``population`` when present, else ``baseline``. The rule:
 
-    1. ``regression`` if the baseline interval lies wholly above 0;
-    2. ``improvement`` if the baseline interval lies wholly below 0;
-    3. otherwise (the baseline interval contains 0), ``confined to tail sample`` if the tail interval
-       lies wholly above or wholly below 0;
+    1. ``regression`` if the representative interval lies wholly above 0;
+    2. ``improvement`` if the representative interval lies wholly below 0;
+    3. otherwise (it contains 0), ``confined to tail sample`` if the tail interval lies wholly above or
+       wholly below 0;
     4. otherwise ``no evidence``.
 
-    Only the baseline slice is a uniform sample of the traffic, so only it can support a claim of
-    systematic change (rules 1 and 2). A change visible among tail-kept traces alone may come from which
-    traces the tail policies kept (more anomalies flagged, say) rather than from the agent (rule 3).
+    Only the population estimate and the baseline slice are representative of the traffic, so only they
+    can support a claim of systematic change (rules 1 and 2). The population estimate counts the hits the
+    tail policies kept against every trace seen (no composition bias) and estimates the rest from the
+    baseline slice, so it sees changes the small slice alone cannot; a change visible among tail-kept
+    traces alone may come from which traces the tail policies kept (more anomalies flagged, say) rather
+    than from the agent (rule 3).
     Every verdict carries both intervals and, through them, both rates and denominators; a verdict
     cannot be made without a non-empty baseline slice and tail sample in both groups.
 
@@ -1068,8 +1084,15 @@ def compare_groups(
         tail = newcombe_difference(
             b.tail_hits, b.tail_n, a.tail_hits, a.tail_n, sample="tail-kept", confidence=confidence
         )
-        label, reason = _verdict(baseline, tail)
-        verdicts[category] = Verdict(category, label, baseline, tail, reason)
+        population = (
+            difference(b.population, a.population)
+            if a.population is not None and b.population is not None
+            else None
+        )
+        label, reason = _verdict(
+            population or baseline, tail, "population" if population else "baseline-slice"
+        )
+        verdicts[category] = Verdict(category, label, baseline, tail, reason, population)
     return verdicts
 
 
@@ -1087,16 +1110,18 @@ def _check_group_counts(category: str, group: str, counts: GroupCounts) -> None:
             )
 
 
-def _verdict(baseline: Difference, tail: Difference) -> tuple[VerdictLabel, str]:
-    """Apply the rule of :func:`compare_groups` to the two intervals of one category."""
-    if baseline.low > 0:
-        return "regression", "the baseline-slice interval lies above 0"
-    if baseline.high < 0:
-        return "improvement", "the baseline-slice interval lies below 0"
+def _verdict(
+    representative: Difference, tail: Difference, name: str = "baseline-slice"
+) -> tuple[VerdictLabel, str]:
+    """Apply the rule of :func:`compare_groups` to the intervals of one category."""
+    if representative.low > 0:
+        return "regression", f"the {name} interval lies above 0"
+    if representative.high < 0:
+        return "improvement", f"the {name} interval lies below 0"
     if tail.excludes_zero:
         return (
             "confined to tail sample",
-            "the tail-kept interval excludes 0 but the baseline-slice interval contains it",
+            f"the tail-kept interval excludes 0 but the {name} interval contains it",
         )
     return "no evidence", "both intervals contain 0"
 

@@ -678,3 +678,21 @@ def test_docstring_examples_run() -> None:
 def test_public_results_are_estimates() -> None:
     assert isinstance(proportion(1, 2, sample="all traces"), Estimate)
     assert set(stats.__all__) <= set(dir(stats))
+
+
+def test_population_estimates_decide_the_verdict_when_both_groups_have_one() -> None:
+    """A fix visible in the population rates (failures counted against every trace seen) is an
+    improvement even when the small baseline slice alone cannot tell."""
+    counted = {"baseline_hits": 2, "baseline_n": 47, "tail_hits": 75, "tail_n": 376}
+    fixed = {"baseline_hits": 0, "baseline_n": 64, "tail_hits": 0, "tail_n": 266}
+    before = horvitz_thompson_proportion([1] * 75 + [0] * 301, [1.0] * 376, population_size=1000)
+    after = horvitz_thompson_proportion([0] * 266, [1.0] * 266, population_size=1000)
+    without = compare_groups({"c": GroupCounts(**counted)}, {"c": GroupCounts(**fixed)})["c"]
+    assert without.label == "confined to tail sample"  # the slice's 2/47 vs 0/64 cannot say
+    assert without.population is None
+    with_population = compare_groups(
+        {"c": GroupCounts(**counted, population=before)}, {"c": GroupCounts(**fixed, population=after)}
+    )["c"]
+    assert with_population.label == "improvement"
+    assert with_population.population.high < 0
+    assert "population interval lies below 0" in with_population.reason
