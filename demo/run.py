@@ -31,6 +31,12 @@ from tailcut.errors import TailcutError
 
 MARKER: Final = ".tailcut-demo"
 DEFAULT_RUNS: Final = 2000
+#: The replay corpus: at most this many incidents per category, plus this many baseline traces.
+CORPUS_PER_CATEGORY: Final = 4
+CORPUS_BASELINE: Final = 12
+#: Reruns per trace of the recorded replay (bit-stability needs at least 2) and of the cut-point replay.
+RECORDED_RERUNS: Final = 3
+CUT_RERUNS: Final = 3
 
 
 class DemoError(TailcutError):
@@ -69,6 +75,10 @@ class DemoPaths:
     @property
     def corpus(self) -> Path:
         return self.root / "corpus"
+
+    @property
+    def incident(self) -> Path:
+        return self.root / "incident-corpus"
 
     @property
     def collector_log(self) -> Path:
@@ -122,11 +132,12 @@ def write_truth(runs: Sequence[fleet.FleetRun], path: Path) -> None:
     pq.write_table(table, path)
 
 
-def run_fleet_stage(options: DemoOptions, paths: DemoPaths, stages: Stages, result: DemoResult) -> None:
-    """Model server + collector + fleet, until every trace is decided and written."""
+def run_fleet_stage(
+    options: DemoOptions, paths: DemoPaths, stages: Stages, result: DemoResult, server: ModelServer
+) -> None:
+    """Collector + fleet, until every trace is decided and written."""
     with contextlib.ExitStack() as running:
-        with stages.stage("start the scripted model and the collector"):
-            server = running.enter_context(ModelServer(responder=support_responder))
+        with stages.stage("start the collector"):
             collector = running.enter_context(CollectorProcess(paths.data, paths.collector_log))
         os.environ[fleet.MODEL_URL_ENV] = server.openai_base_url
         tailcut.init(
@@ -151,13 +162,182 @@ def run_fleet_stage(options: DemoOptions, paths: DemoPaths, stages: Stages, resu
     write_truth(result.runs, paths.truth)
 
 
+def analyse_stage(options: DemoOptions, paths: DemoPaths, stages: Stages, result: DemoResult) -> Any:
+    """Classify the kept traces and print the report next to the injected true rates."""
+    from tailcut.analysis import Dataset, build_report
+
+    with stages.stage("classify failures and estimate their rates"):
+        dataset = Dataset(paths.data)
+        findings = dataset.classify()
+        report = build_report(dataset, truth=truth_rates(result.runs))
+        report.write_html(paths.report)
+    report.render_terminal(stages.console)
+    result.details["findings"] = findings
+    result.details["report"] = report
+    return dataset
+
+
+def select_stage(
+    dataset: Any, options: DemoOptions, paths: DemoPaths, stages: Stages, result: DemoResult
+) -> None:
+    """A replay corpus: a few incidents of every category plus a baseline sample."""
+    from tailcut.analysis import select_corpus
+
+    with stages.stage("select a replay corpus"):
+        selection = select_corpus(
+            dataset,
+            paths.corpus,
+            baseline=CORPUS_BASELINE,
+            per_category=CORPUS_PER_CATEGORY,
+            seed=options.seed,
+        )
+    result.details["selection"] = selection
+    stages.console.print(
+        f"corpus: {selection.incidents} incidents ({CORPUS_PER_CATEGORY} at most per category) and "
+        f"{selection.baseline} baseline traces -> {paths.corpus}"
+    )
+
+
+def replay_recorded_stage(paths: DemoPaths, stages: Stages, result: DemoResult) -> None:
+    """Replay the corpus from the record, each run with its own harness revision's agent."""
+    from tailcut.replay import load_corpus, run_replay
+
+    corpus = load_corpus(paths.corpus)
+    by_revision: dict[str, list[str]] = {}
+    for run in corpus.runs.values():
+        if run.replayable:
+            by_revision.setdefault(run.harness_revision or "v1", []).append(run.trace_id)
+    reports = {}
+    total = sum(len(ids) for ids in by_revision.values()) * RECORDED_RERUNS
+    with stages.stage(f"replay the corpus from the record ({RECORDED_RERUNS}x each)", total=total) as bar:
+        for revision, trace_ids in sorted(by_revision.items()):
+            reports[revision] = run_replay(
+                corpus,
+                fleet.agent_v1 if revision == "v1" else fleet.agent_v2,
+                mode="recorded",
+                n=RECORDED_RERUNS,
+                reset=fleet.reset_desk,
+                traces=trace_ids,
+                out=paths.results(f"recorded-{revision}"),
+                canary=True,
+                on_progress=lambda done, _total: bar.advance(),
+            )
+    result.details["recorded"] = reports
+    traces = [t for report in reports.values() for t in report.traces()]
+    stable = sum(t.bit_stable for t in traces)
+    canaries = [r.canary for r in reports.values() if r.canary is not None]
+    caught = sum(bool(c.caught) for c in canaries)
+    verdict = (
+        "caught" if caught == len(canaries) else "[bold red]NOT caught: the replay is not following the trace"
+    )
+    skipped = sum(len(report.skipped) for report in reports.values())
+    if skipped:
+        stages.console.print(f"{skipped} corpus traces are not replayable (see the corpus manifest)")
+    stages.console.print(
+        f"recorded replay: {stable}/{len(traces)} traces bit-stable over {RECORDED_RERUNS} reruns; "
+        f"canary (one corrupted response per revision): {verdict} ({caught}/{len(canaries)})"
+    )
+
+
+def cut_point_stage(paths: DemoPaths, stages: Stages, result: DemoResult) -> None:
+    """The unsafe-refund incident, with the refund guard run live under v1 (faulty) and v2 (guarded)."""
+    from tailcut.exporters.corpus import Selection, write_corpus
+    from tailcut.replay import run_replay
+
+    incident = next(
+        (r for r in result.runs if r.kind == "refund_large" and r.revision == "v1" and r.trace_id), None
+    )
+    if incident is None:
+        stages.console.print("no unsafe-refund incident under v1 in this run; skipping the cut-point replay")
+        return
+    with stages.stage("cut-point replay of the unsafe refund (guard live)", total=2 * CUT_RERUNS) as bar:
+        write_corpus(
+            paths.data,
+            [
+                Selection(
+                    incident.trace_id, "incident: unsafe refund above the limit", ("silent_degradation",)
+                )
+            ],
+            paths.incident,
+        )
+        verdicts = {}
+        for name, agent in (("v1", fleet.agent_v1), ("v2", fleet.agent_v2)):
+            verdicts[name] = run_replay(
+                paths.incident,
+                agent,
+                mode="cut",
+                live=["router:refund_guard"],
+                n=CUT_RERUNS,
+                reset=fleet.reset_desk,
+                check=fleet.check_run,
+                out=paths.results(f"cut-{name}"),
+                on_progress=lambda done, _total: bar.advance(),
+            )
+    result.details["cut"] = verdicts
+    for name, report in verdicts.items():
+        (trace,) = report.traces()
+        word = "passes" if report.passed else "fails"
+        stages.console.print(f"cut-point, harness {name}: {word}: {trace.rate}")
+
+
+def compare_stage(dataset: Any, stages: Stages, result: DemoResult) -> None:
+    """The bias-aware comparison of the two harness revisions."""
+    from tailcut.analysis import compare_by
+
+    with stages.stage("compare harness v1 with v2"):
+        comparison = compare_by(dataset, "harness_revision", "v1", "v2")
+    comparison.render_terminal(stages.console)
+    result.details["compare"] = comparison
+
+
 def run_demo(options: DemoOptions, console: Console) -> DemoResult:
     """Run every stage of the demo; processes are cleaned up on success, failure and Ctrl-C."""
     paths = prepare_out(options.out)
     stages = Stages(console)
     result = DemoResult(paths)
-    run_fleet_stage(options, paths, stages, result)
+    with ModelServer(responder=support_responder) as server:
+        run_fleet_stage(options, paths, stages, result, server)
+        dataset = analyse_stage(options, paths, stages, result)
+        try:
+            select_stage(dataset, options, paths, stages, result)
+            with server.forbid():  # from here on, a model call would be a replay bug
+                replay_recorded_stage(paths, stages, result)
+                cut_point_stage(paths, stages, result)
+            result.details["model_calls_during_replay"] = len(server.violations)
+            compare_stage(dataset, stages, result)
+        finally:
+            dataset.close()
+    console.print(f"model calls made by the replays: {result.details['model_calls_during_replay']}")
     if options.profile:
         console.print(stages.times.table())
     result.details["timings"] = stages.times
+    print_summary(paths, result, console)
     return result
+
+
+def print_summary(paths: DemoPaths, result: DemoResult, console: Console) -> None:
+    """Where everything was written and what to try next."""
+    seen = result.collector.get("traces", len(result.runs))
+    kept = result.collector.get("kept", "?")
+    example = next(
+        (r.trace_id for r in result.runs if r.kind == "address_change" and r.revision == "v1"), None
+    )
+    lines = [
+        f"[bold]tailcut demo[/bold]: {seen} runs, {kept} traces kept, everything under {paths.root}/",
+        f"  data dir     {paths.data}/  (spans/, traces/, payloads/)",
+        f"  report       {paths.report}",
+        f"  corpus       {paths.corpus}/",
+        f"  replays      {paths.root}/replay-*.parquet",
+        f"  ground truth {paths.truth}",
+        "try next:",
+        '  tailcut sql "SELECT decision_reason, kept, count(*) FROM traces GROUP BY ALL" \\',
+        f"      --data {paths.data}",
+        f"  tailcut classify --data {paths.data}",
+    ]
+    if example:
+        lines.append(f"  tailcut tree {example} --data {paths.data}")
+    lines += [
+        f"  tailcut replay {paths.corpus} --agent tailcut.demo.fleet:agent_v2 --mode live -n 5 "
+        "--reset tailcut.demo.fleet:reset_desk",
+    ]
+    console.print("\n".join(lines))
