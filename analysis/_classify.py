@@ -95,6 +95,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from tailcut import attributes as attr
 from tailcut.analysis import _rules
 from tailcut.analysis._toolcalls import CallProblem, check_calls, load_schema_book
 from tailcut.errors import ConfigError
@@ -105,15 +106,8 @@ if TYPE_CHECKING:
 
     from tailcut.analysis._dataset import Dataset
 
-CATEGORIES: Final = (
-    "error",
-    "schema_violation",
-    "schema_drift",
-    "tool_loop",
-    "cost_blowup",
-    "silent_degradation",
-)
-LAYERS: Final = ("prompt", "tool_schema", "workflow", "memory", "model", "environment")
+CATEGORIES: Final = attr.FAILURE_CATEGORIES
+LAYERS: Final = attr.HARNESS_LAYERS
 #: How much each kind of signal is worth when a category has more than one (schema_drift).
 _DRIFT_BOTH: Final = 0.9
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import tailcut
+from tailcut.attributes import FAILURE_CATEGORIES
 from tailcut.demo import support_env as env
 
 if TYPE_CHECKING:
@@ -80,14 +81,7 @@ INJECTED: Final[dict[str, dict[str, frozenset[str]]]] = {
     "blowup": {"v1": frozenset({"cost_blowup"}), "v2": frozenset({"cost_blowup"})},
     "degraded": {"v1": frozenset({"silent_degradation"}), "v2": frozenset({"silent_degradation"})},
 }
-CATEGORIES: Final = (
-    "error",
-    "schema_violation",
-    "schema_drift",
-    "tool_loop",
-    "cost_blowup",
-    "silent_degradation",
-)
+CATEGORIES: Final = FAILURE_CATEGORIES
 
 PROMPT_VERSIONS: Final[dict[str, str]] = {"v1": "support-prompt-7", "v2": "support-prompt-8"}
 SYSTEM_PROMPT: Final = (

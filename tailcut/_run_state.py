@@ -32,16 +32,16 @@ class Signals:
     span_count: int = 1  # the root
 
     def as_attributes(self) -> dict[str, int]:
-        return {
-            attr.TRACE_LLM_CALLS: self.llm_calls,
-            attr.TRACE_TOOL_CALLS: self.tool_calls,
-            attr.TRACE_ERRORS: self.errors,
-            attr.TRACE_TOTAL_TOKENS: self.total_tokens,
-            attr.TRACE_MAX_TOOL_REPEAT: self.max_tool_repeat,
-            attr.TRACE_SCHEMA_VIOLATIONS: self.schema_violations,
-            attr.TRACE_DEPTH: self.depth,
-            attr.TRACE_SPAN_COUNT: self.span_count,
-        }
+        return attr.trace_signal_attributes(
+            llm_calls=self.llm_calls,
+            tool_calls=self.tool_calls,
+            errors=self.errors,
+            total_tokens=self.total_tokens,
+            max_tool_repeat=self.max_tool_repeat,
+            schema_violations=self.schema_violations,
+            depth=self.depth,
+            span_count=self.span_count,
+        )
 
 
 class RunState:

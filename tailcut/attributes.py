@@ -103,10 +103,48 @@ TRACE_DEPTH: Final = "tailcut.trace.depth"
 TRACE_SPAN_COUNT: Final = "tailcut.trace.span_count"
 TRACE_ANOMALY_SCORE: Final = "tailcut.trace.anomaly_score"
 
+
+def trace_signal_attributes(
+    *,
+    llm_calls: int,
+    tool_calls: int,
+    errors: int,
+    total_tokens: int,
+    max_tool_repeat: int,
+    schema_violations: int,
+    depth: int,
+    span_count: int,
+) -> dict[str, int]:
+    """The trace signals under their root-span attribute names (the SDK and the exporters both write them)."""
+    return {
+        TRACE_LLM_CALLS: llm_calls,
+        TRACE_TOOL_CALLS: tool_calls,
+        TRACE_ERRORS: errors,
+        TRACE_TOTAL_TOKENS: total_tokens,
+        TRACE_MAX_TOOL_REPEAT: max_tool_repeat,
+        TRACE_SCHEMA_VIOLATIONS: schema_violations,
+        TRACE_DEPTH: depth,
+        TRACE_SPAN_COUNT: span_count,
+    }
+
+
 # sampling decision, written by the collector on kept spans
 SAMPLING_POLICIES: Final = "tailcut.sampling.policies"
 SAMPLING_PROBABILITY: Final = "tailcut.sampling.probability"
 SAMPLING_BASELINE: Final = "tailcut.sampling.baseline"
+
+# --- failure analysis (DESIGN.md section 5) ---------------------------------------------------------------
+#: The failure categories a trace can show, in the order reports list them.
+FAILURE_CATEGORIES: Final = (
+    "error",
+    "schema_violation",
+    "schema_drift",
+    "tool_loop",
+    "cost_blowup",
+    "silent_degradation",
+)
+#: The harness layers a finding can point to.
+HARNESS_LAYERS: Final = ("prompt", "tool_schema", "workflow", "memory", "model", "environment")
 
 # --- OpenTelemetry GenAI semantic conventions (current names) ---------------------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"

@@ -27,9 +27,9 @@ from tailcut.demo.model_server import ModelServer, ScriptedError, ScriptedReply,
 from tailcut.instrumentation.anthropic import AnthropicInstrumentor
 from tailcut.interceptor import exception_type_name, use_interceptor
 from tailcut.testing import capture_spans
+from tests.conftest import NOW
 from tests.instrument_support import ServeRecorded, events_of, request_of, response_of, run_python
 
-NOW = 1_700_000_000.0
 MODEL = "claude-scripted-1"
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOLS = [
@@ -55,19 +55,10 @@ def _instrumented():
 
 
 @pytest.fixture(scope="module")
-def server():
-    with ModelServer(clock=lambda: NOW) as model_server:
-        yield model_server
-
-
-@pytest.fixture(autouse=True)
-def _fresh_server(server):
-    server.reset()
-
-
-@pytest.fixture(scope="module")
-def claude(server):
-    with anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test", max_retries=0) as client:
+def claude(model_server):
+    with anthropic.Anthropic(
+        base_url=model_server.anthropic_base_url, api_key="test", max_retries=0
+    ) as client:
         yield client
 
 

@@ -29,9 +29,9 @@ from tailcut.demo.model_server import ModelServer, ScriptedError, ScriptedReply,
 from tailcut.instrumentation.openai import OpenAIInstrumentor
 from tailcut.interceptor import Served, exception_type_name, use_interceptor
 from tailcut.testing import capture_spans
+from tests.conftest import NOW
 from tests.instrument_support import ServeRecorded, events_of, request_of, response_of, run_python
 
-NOW = 1_700_000_000.0
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER_SCHEMA = {
     "type": "object",
@@ -58,19 +58,8 @@ def _instrumented():
 
 
 @pytest.fixture(scope="module")
-def server():
-    with ModelServer(clock=lambda: NOW) as model_server:
-        yield model_server
-
-
-@pytest.fixture(autouse=True)
-def _fresh_server(server):
-    server.reset()
-
-
-@pytest.fixture(scope="module")
-def oai(server):
-    with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
+def oai(model_server):
+    with openai.OpenAI(base_url=model_server.openai_base_url, api_key="test", max_retries=0) as client:
         yield client
 
 
