@@ -16,10 +16,9 @@ as such on the span, logged once and counted; the agent's own exceptions pass th
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -119,6 +118,24 @@ def encode_payload(
     return EncodedPayload(text, sha, size, inline, attributes)
 
 
+class _Activation:
+    """The context manager of :meth:`RecordedSpan.active` (a class: cheaper than a generator-based one)."""
+
+    __slots__ = ("_depth_token", "_recorded", "_token")
+
+    def __init__(self, recorded: RecordedSpan) -> None:
+        self._recorded = recorded
+
+    def __enter__(self) -> RecordedSpan:
+        self._token = otel_context.attach(trace.set_span_in_context(self._recorded.span))
+        self._depth_token = _DEPTH.set(self._recorded._depth)
+        return self._recorded
+
+    def __exit__(self, *exc: object) -> None:
+        _DEPTH.reset(self._depth_token)
+        otel_context.detach(self._token)
+
+
 class RecordedSpan:
     """A span tailcut is recording: makes itself current, records failures, folds into the run."""
 
@@ -132,16 +149,9 @@ class RecordedSpan:
         self._ended = False
         self._failed = False
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[RecordedSpan]:
-        """Make the span current (so nested spans are its children) for the code inside."""
-        token = otel_context.attach(trace.set_span_in_context(self.span))
-        depth_token = _DEPTH.set(self._depth)
-        try:
-            yield self
-        finally:
-            _DEPTH.reset(depth_token)
-            otel_context.detach(token)
+    def active(self) -> _Activation:
+        """Make the span current (so nested spans are its children) for the code inside a ``with``."""
+        return _Activation(self)
 
     def set_attributes(self, attributes: dict[str, Any]) -> None:
         self.span.set_attributes(attributes)
@@ -303,12 +313,15 @@ class BoundarySpan(RecordedSpan):
             refs = attributes_out.get(attr.PAYLOAD_REF)
             if refs:  # the span lists the reference of every payload it offloaded
                 self._refs.extend(refs)
-                attributes_out = {**attributes_out, attr.PAYLOAD_REF: list(self._refs)}
-            self.span.set_attributes(attributes_out)
+                attributes_out[attr.PAYLOAD_REF] = list(self._refs)
             if field == "response":
                 self.response = encoded
                 if self.kind == "tool" and encoded.inline is not None:
-                    self.span.set_attribute(attr.GEN_AI_TOOL_CALL_RESULT, encoded.inline)
+                    attributes_out[attr.GEN_AI_TOOL_CALL_RESULT] = encoded.inline
+            if attributes:
+                attributes_out.update(attributes)
+            self.span.set_attributes(attributes_out)  # one call: the SDK takes its lock once
+            attributes = None
         if attributes:
             self.span.set_attributes(attributes)
         if field == "response" and tell_result:

@@ -76,7 +76,7 @@ def _spellings(name: str) -> set[str]:
 
 #: Every usual spelling of every credential key, so a dict is checked with one C-level set operation.
 _SECRET_SPELLINGS: Final = frozenset(s for name in SECRET_KEYS for s in _spellings(name))
-_PLAIN: Final = (str, int, float, bool, type(None))
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _is_secret_key(key: object) -> bool:
@@ -86,19 +86,19 @@ def _is_secret_key(key: object) -> bool:
 def _needs_key_redaction(value: Any) -> bool:
     """Fast scan: does ``value`` hold a credential-named key (or an object that must be expanded)?
 
-    Plain loops and exact type checks: this runs on every payload, on the agent's hot path.
+    Plain loops, exact type checks, and a list's dicts checked inline: this runs on every payload, on
+    the agent's hot path, and a payload is most often a list of flat records.
     """
     kind = type(value)
     if kind is dict:
-        if not _SECRET_SPELLINGS.isdisjoint(value):
-            return True
-        for item in value.values():
-            if type(item) not in _PLAIN and _needs_key_redaction(item):
-                return True
-        return False
+        return _dict_needs(value)
     if kind is list or kind is tuple:
         for item in value:
-            if type(item) not in _PLAIN and _needs_key_redaction(item):
+            item_kind = type(item)
+            if item_kind is dict:
+                if _dict_needs(item):
+                    return True
+            elif item_kind not in _PLAIN and _needs_key_redaction(item):
                 return True
         return False
     if kind in _PLAIN:
@@ -108,6 +108,15 @@ def _needs_key_redaction(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return _needs_key_redaction(list(value))
     return dataclasses.is_dataclass(value) or callable(getattr(value, "model_dump", None))
+
+
+def _dict_needs(value: dict[Any, Any]) -> bool:
+    if not _SECRET_SPELLINGS.isdisjoint(value):
+        return True
+    for item in value.values():
+        if type(item) not in _PLAIN and _needs_key_redaction(item):
+            return True
+    return False
 
 
 def redact_keys(value: Any) -> Any:
@@ -132,7 +141,7 @@ def _redact_copy(value: Any) -> Any:
         return {k: REDACTED if _is_secret_key(k) else _redact_copy(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_redact_copy(item) for item in value]
-    if isinstance(value, _PLAIN):
+    if isinstance(value, str | int | float | bool) or value is None:
         return value
     if dataclasses.is_dataclass(value) or callable(getattr(value, "model_dump", None)):
         from tailcut.canonical import _encode_extra  # the object the canonical rules would encode
