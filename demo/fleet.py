@@ -343,14 +343,20 @@ def run_fleet(
     seed: int = 0,
     on_done: Callable[[FleetRun], None] | None = None,
 ) -> list[FleetRun]:
-    """Run ``n`` tickets on ``workers`` threads; the model server must be reachable at the model URL."""
+    """Run ``n`` tickets on ``workers`` threads; the model server must be reachable at the model URL.
+
+    Ctrl-C (or any failure here) cancels the runs not yet started and waits only for those in flight.
+    """
     env.DESK.reset(outage_probability=1.0, seed=seed)
     results: list[FleetRun] = []
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(workers)
+    try:
         futures = [pool.submit(run_one, ticket, revision) for ticket, revision in make_tickets(n, seed)]
         for future in concurrent.futures.as_completed(futures):
             run = future.result()
             results.append(run)
             if on_done is not None:
                 on_done(run)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return sorted(results, key=lambda r: r.ticket_id)

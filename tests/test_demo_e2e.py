@@ -141,3 +141,29 @@ def test_report_corpus_and_no_process_left_behind(demo):
         if p.info["cmdline"] and any(str(out) in part for part in p.info["cmdline"])
     ]
     assert leftovers == []
+
+
+def test_ctrl_c_stops_the_demo_and_its_collector(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "interrupted"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "tailcut", "demo", "--runs", "5000", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in an interactive shell
+    )
+    deadline = time.monotonic() + 60
+    children: list[psutil.Process] = []
+    while not children and time.monotonic() < deadline:  # wait until the collector runs
+        children = psutil.Process(demo.pid).children(recursive=True)
+        time.sleep(0.2)
+    assert children, "the demo never started its collector"
+    time.sleep(3)  # into the agent runs
+    demo.send_signal(signal.SIGINT)
+    output, _ = demo.communicate(timeout=60)
+    assert demo.returncode != 0
+    assert "Aborted" in output
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
