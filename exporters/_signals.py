@@ -149,16 +149,7 @@ class TraceSignals:
 
     def as_attributes(self) -> dict[str, int]:
         """The signals under the root-span attribute names the SDK uses (``tailcut.trace.*``)."""
-        return attr.trace_signal_attributes(
-            llm_calls=self.llm_calls,
-            tool_calls=self.tool_calls,
-            errors=self.errors,
-            total_tokens=self.total_tokens,
-            max_tool_repeat=self.max_tool_repeat,
-            schema_violations=self.schema_violations,
-            depth=self.depth,
-            span_count=self.span_count,
-        )
+        return attr.trace_signal_attributes(self)
 
 
 def _depths(facts: Sequence[SpanFacts], parent_of: list[int | None]) -> list[int]:

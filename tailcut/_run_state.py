@@ -32,16 +32,7 @@ class Signals:
     span_count: int = 1  # the root
 
     def as_attributes(self) -> dict[str, int]:
-        return attr.trace_signal_attributes(
-            llm_calls=self.llm_calls,
-            tool_calls=self.tool_calls,
-            errors=self.errors,
-            total_tokens=self.total_tokens,
-            max_tool_repeat=self.max_tool_repeat,
-            schema_violations=self.schema_violations,
-            depth=self.depth,
-            span_count=self.span_count,
-        )
+        return attr.trace_signal_attributes(self)
 
 
 class RunState:

@@ -7,7 +7,7 @@ here, never spells them inline, so the contract has one source.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 # --- span kinds --------------------------------------------------------------------------------------
 KIND: Final = "tailcut.kind"
@@ -104,27 +104,32 @@ TRACE_SPAN_COUNT: Final = "tailcut.trace.span_count"
 TRACE_ANOMALY_SCORE: Final = "tailcut.trace.anomaly_score"
 
 
-def trace_signal_attributes(
-    *,
-    llm_calls: int,
-    tool_calls: int,
-    errors: int,
-    total_tokens: int,
-    max_tool_repeat: int,
-    schema_violations: int,
-    depth: int,
-    span_count: int,
-) -> dict[str, int]:
+class TraceSignalCounts(Protocol):
+    """What carries a trace's signals: the SDK's per-run counts, the exporters' per-trace ones."""
+
+    llm_calls: int
+    tool_calls: int
+    errors: int
+    max_tool_repeat: int
+    schema_violations: int
+    depth: int
+    span_count: int
+
+    @property
+    def total_tokens(self) -> int: ...
+
+
+def trace_signal_attributes(signals: TraceSignalCounts) -> dict[str, int]:
     """The trace signals under their root-span attribute names (the SDK and the exporters both write them)."""
     return {
-        TRACE_LLM_CALLS: llm_calls,
-        TRACE_TOOL_CALLS: tool_calls,
-        TRACE_ERRORS: errors,
-        TRACE_TOTAL_TOKENS: total_tokens,
-        TRACE_MAX_TOOL_REPEAT: max_tool_repeat,
-        TRACE_SCHEMA_VIOLATIONS: schema_violations,
-        TRACE_DEPTH: depth,
-        TRACE_SPAN_COUNT: span_count,
+        TRACE_LLM_CALLS: signals.llm_calls,
+        TRACE_TOOL_CALLS: signals.tool_calls,
+        TRACE_ERRORS: signals.errors,
+        TRACE_TOTAL_TOKENS: signals.total_tokens,
+        TRACE_MAX_TOOL_REPEAT: signals.max_tool_repeat,
+        TRACE_SCHEMA_VIOLATIONS: signals.schema_violations,
+        TRACE_DEPTH: signals.depth,
+        TRACE_SPAN_COUNT: signals.span_count,
     }
 
 
