@@ -64,7 +64,38 @@ def _json_attribute(value: Any) -> str:
 
 
 class Run:
-    """The run in progress, returned by ``with tailcut.run(...) as run``."""
+    """One agent run, recorded as the root span of a trace: ``with tailcut.run(...) as run``.
+
+    A context manager, sync (``with``) or async (``async with``).
+
+    Parameters
+    ----------
+    name
+        The run's name (the root span's name), e.g. the agent's name.
+    input
+        What the run was asked to do; a replay calls the agent with it again (``tailcut.run.input``).
+    prompt_version
+        The prompt version(s) in use: a string, or a mapping of prompt name to version.
+    harness_revision
+        The harness revision; default ``tailcut.init(harness_revision=)``, then
+        ``TAILCUT_HARNESS_REVISION``, then the git commit of the working tree.
+    env_revision
+        The revision of the environment the tools act on (``TAILCUT_ENV_REVISION``).
+    initial_state
+        A reference to, or hash of, what the tools read at start (so a replay can restore it).
+    agent_name
+        ``gen_ai.agent.name`` of the root (default: ``name``).
+    attributes
+        Extra attributes for the root span.
+
+    Examples
+    --------
+    ::
+
+        with tailcut.run("support-agent", input={"ticket": 42}, prompt_version="v7") as run:
+            answer = agent(42)
+            run.set_outcome("pass", score=0.92)
+    """
 
     def __init__(
         self,
@@ -247,57 +278,8 @@ class Run:
         self.__exit__(exc_type, exc, tb)
 
 
-def run(
-    name: str,
-    *,
-    input: Any = None,
-    prompt_version: str | Mapping[str, str] | None = None,
-    harness_revision: str | None = None,
-    env_revision: str | None = None,
-    initial_state: Any = None,
-    agent_name: str | None = None,
-    attributes: Mapping[str, Any] | None = None,
-) -> Run:
-    """Record one agent run as the root span of a trace (a context manager, sync or async).
-
-    Parameters
-    ----------
-    name
-        The run's name (the root span's name), e.g. the agent's name.
-    input
-        What the run was asked to do; a replay calls the agent with it again (``tailcut.run.input``).
-    prompt_version
-        The prompt version(s) in use: a string, or a mapping of prompt name to version.
-    harness_revision
-        The harness revision; default ``tailcut.init(harness_revision=)``, then
-        ``TAILCUT_HARNESS_REVISION``, then the git commit of the working tree.
-    env_revision
-        The revision of the environment the tools act on (``TAILCUT_ENV_REVISION``).
-    initial_state
-        A reference to, or hash of, what the tools read at start (so a replay can restore it).
-    agent_name
-        ``gen_ai.agent.name`` of the root (default: ``name``).
-    attributes
-        Extra attributes for the root span.
-
-    Examples
-    --------
-    ::
-
-        with tailcut.run("support-agent", input={"ticket": 42}, prompt_version="v7") as run:
-            answer = agent(42)
-            run.set_outcome("pass", score=0.92)
-    """
-    return Run(
-        name,
-        input=input,
-        prompt_version=prompt_version,
-        harness_revision=harness_revision,
-        env_revision=env_revision,
-        initial_state=initial_state,
-        agent_name=agent_name,
-        attributes=attributes,
-    )
+#: ``tailcut.run(name, ...)``: the root span of one run (the class itself; see :class:`Run`).
+run = Run
 
 
 class Attempt:
