@@ -392,9 +392,9 @@ def start_boundary(
         return None
     boundary = boundary or boundary_name(kind, name)
     run = current_run_state()
-    occurrence, seq = run.next_crossing(boundary)
-    attempt = _ATTEMPT.get()
     depth = _DEPTH.get() + 1
+    occurrence, seq = run.next_crossing(boundary, depth)
+    attempt = _ATTEMPT.get()
     span_attributes: dict[str, Any] = {
         attr.KIND: kind,
         attr.BOUNDARY: boundary,
@@ -424,7 +424,6 @@ def start_boundary(
         if call_id is not None:
             span_attributes[attr.GEN_AI_TOOL_CALL_ID] = call_id
     span = config.tracer.start_span(span_name or f"{kind} {name}", kind=span_kind, attributes=span_attributes)
-    run.span_started(depth)
     trace_id = span.get_span_context().trace_id
     crossing = Crossing(
         kind=kind,

@@ -49,12 +49,20 @@ class RunState:
         self._seq = 0
         self.signals = Signals()
 
-    def next_crossing(self, boundary: str) -> tuple[int, int]:
-        """Assign ``(occurrence, seq)`` to a crossing that is starting now."""
+    def next_crossing(self, boundary: str, depth: int | None = None) -> tuple[int, int]:
+        """Assign ``(occurrence, seq)`` to a crossing starting now; with ``depth``, count its span too.
+
+        A replay that serves a crossing also takes the numbers of the crossings recorded inside it
+        (which will not run), without a depth: no span is made for them.
+        """
         with self._lock:
             occurrence = self._occurrences.get(boundary, 0) + 1
             self._occurrences[boundary] = occurrence
             self._seq += 1
+            if depth is not None:
+                self.signals.span_count += 1
+                if depth > self.signals.depth:
+                    self.signals.depth = depth
             return occurrence, self._seq
 
     def span_started(self, depth: int) -> None:
