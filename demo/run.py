@@ -337,7 +337,9 @@ def print_summary(paths: DemoPaths, result: DemoResult, console: Console) -> Non
     if example:
         lines.append(f"  tailcut tree {example} --data {paths.data}")
     lines += [
-        f"  tailcut replay {paths.corpus} --agent tailcut.demo.fleet:agent_v2 --mode live -n 5 "
-        "--reset tailcut.demo.fleet:reset_desk",
+        f"  tailcut replay {paths.incident} --agent tailcut.demo.fleet:agent_v2 --mode cut \\",
+        "      --live router:refund_guard -n 3 --check tailcut.demo.fleet:check_run \\",
+        "      --reset tailcut.demo.fleet:reset_desk",
+        f"  open {paths.report}",
     ]
     console.print("\n".join(lines))
