@@ -86,6 +86,10 @@ fixed per rule: ``error`` 1.0 (0.9 when the root failed with no failed child), `
 ``tool_loop`` 0.6 + 0.1 per repeat (at most 0.99; 0.6 structure only), ``cost_blowup`` 0.9 when a z is
 twice its threshold else 0.7, ``silent_degradation`` 0.9 for a failed outcome, 0.8 cut off or empty,
 0.7 low score only.
+
+The rules are evaluated traces-first: one survey of every span and the ``traces`` table name the traces
+that may show a category, and only their spans are read for the rules (:mod:`._candidates` explains
+why that set is complete and what it costs).
 """
 
 from __future__ import annotations
@@ -97,7 +101,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
 from tailcut.analysis import _rules
-from tailcut.analysis._toolcalls import CallProblem, check_calls, load_schema_book
+from tailcut.analysis._candidates import read_candidates, repeats_trusted, survey
+from tailcut.analysis._toolcalls import (
+    CallProblem,
+    check_calls,
+    enforced_schemas,
+    load_schema_book,
+    representative_lists,
+    third_party_lists,
+)
 from tailcut.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -110,6 +122,8 @@ CATEGORIES: Final = attr.FAILURE_CATEGORIES
 LAYERS: Final = attr.HARNESS_LAYERS
 #: How much each kind of signal is worth when a category has more than one (schema_drift).
 _DRIFT_BOTH: Final = 0.9
+#: The tables a classification builds on its way (see :mod:`._candidates`), dropped once it is done.
+_SCRATCH_TABLES: Final = ("_reference", "_scores", "_candidates", "_rows")
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,10 @@ class Thresholds:
     trust_recorded_counts : bool, default True
         Skip re-validating LLM spans whose SDK-recorded ``tailcut.schema_violations`` is 0 when every
         schema they showed is the enforced one (the same jsonschema check already ran at record time).
+    trust_trace_signals : bool, default True
+        Take the traces that may repeat a tool call from ``traces.max_tool_repeat`` (the collector counted
+        them from the same spans) instead of grouping every tool call of the data dir; ignored when the
+        ``traces`` rows do not account for every kept span (see :func:`._candidates.repeats_trusted`).
     """
 
     loop_min_repeats: int = 3
@@ -162,6 +180,7 @@ class Thresholds:
         r"connection (reset|refused|aborted)|overloaded"
     )
     trust_recorded_counts: bool = True
+    trust_trace_signals: bool = True
 
     def __post_init__(self) -> None:
         if self.loop_min_repeats < 2:
@@ -183,10 +202,10 @@ class Thresholds:
             raise ConfigError(f"transient_errors is not a regular expression: {exc}") from None
 
     def parameters(self) -> dict[str, Any]:
-        """The thresholds as the named parameters of the category SQL."""
+        """The thresholds as the named parameters of the classifier's SQL."""
         values = asdict(self)
         values["degraded_finish_reasons"] = list(self.degraded_finish_reasons)
-        del values["trust_recorded_counts"]
+        del values["trust_trace_signals"]
         return values
 
 
@@ -213,9 +232,8 @@ def findings_schema() -> pa.Schema:
 
 
 def _run(dataset: Dataset, query: str, parameters: dict[str, Any]) -> pa.Table:
-    """The findings of one category query, in the ``findings`` schema (only named parameters are passed)."""
-    used = {k: v for k, v in parameters.items() if f"${k}" in query}
-    table = dataset.connection.sql(query, params=used).to_arrow_table()
+    """The findings of one category query, in the ``findings`` schema."""
+    table = dataset.connection.sql(query, params=_rules.named_parameters(query, parameters)).to_arrow_table()
     return table.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
 
 
@@ -303,11 +321,19 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
     parameters = limits.parameters()
     connection = dataset.connection
     connection.execute(_rules.REFERENCE_SQL, {"min_baseline": limits.min_baseline})
+    connection.execute(_rules.SCORES_SQL, _rules.named_parameters(_rules.SCORES_SQL, parameters))
+    facts = survey(dataset, parameters)
+    lists, enforced = representative_lists(dataset, facts), enforced_schemas(facts)
+    book = load_schema_book(lists, enforced)
+    parameters["suspect_keys"] = book.suspect_keys()
+    trusted = repeats_trusted(dataset, trust_trace_signals=limits.trust_trace_signals)
+    read_candidates(dataset, facts, parameters, repeats_trusted=trusted)
+    if others := third_party_lists(dataset):
+        book = load_schema_book([*lists, *others], enforced)
     tables = [
         _run(dataset, q, parameters)
         for q in (_rules.ERROR_SQL, _rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)
     ]
-    book = load_schema_book(dataset)
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
     rows = _problem_rows(problems, "schema_violation", "arguments break the schema sent")
     rows += _merge_drift(
@@ -319,8 +345,9 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
     connection.register("_findings_arrow", table)
     connection.execute("CREATE OR REPLACE TABLE findings AS SELECT * FROM _findings_arrow")
     connection.unregister("_findings_arrow")
-    connection.execute("DROP TABLE IF EXISTS _reference")
-    connection.execute("DROP TABLE IF EXISTS _suspect_keys")
+    for name in _SCRATCH_TABLES:
+        connection.execute(f"DROP TABLE IF EXISTS {name}")
+    connection.unregister("_survey")
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame

@@ -2,16 +2,20 @@
 
 Each query returns finding rows with the columns of :data:`FINDING_COLUMNS` (the span columns come from
 the span the finding points at) and takes its thresholds as named parameters (``$loop_min_repeats``...).
-They run over the ``spans`` and ``traces`` views and the ``_reference`` table that :data:`REFERENCE_SQL`
-builds: per agent, the robust statistics (median, MAD) of the reference sample that cost and structure
-z-scores are measured against.
+They run over small tables the classifier builds first, never over the Parquet files again:
+
+* ``_reference`` (:data:`REFERENCE_SQL`): per agent, the robust statistics (median, MAD) of the reference
+  sample that cost and structure z-scores are measured against;
+* ``_scores`` (:data:`SCORES_SQL`): the kept traces whose cost or structure z-scores pass a threshold;
+* ``_rows``: the spans the rules read (boundary spans, failed spans, roots, the deepest spans) of the
+  traces that may show a category, with the attributes and payload parts the rules use (see
+  :mod:`._candidates`, which also explains why that set is enough).
 """
 
 from __future__ import annotations
 
-from typing import Final
-
-from tailcut import attributes as attr
+from collections.abc import Mapping
+from typing import Any, Final
 
 FINDING_COLUMNS: Final = (
     "trace_id",
@@ -27,6 +31,11 @@ FINDING_COLUMNS: Final = (
     "confidence",
     "signals",
 )
+
+
+def named_parameters(query: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The named parameters ``query`` uses (DuckDB refuses a parameter the query does not name)."""
+    return {k: v for k, v in parameters.items() if f"${k}" in query}
 
 
 def agent_key(alias: str = "") -> str:
@@ -102,14 +111,33 @@ FROM chosen LEFT JOIN per_call p USING (agent)
 GROUP BY agent
 """
 
+SCORES_SQL: Final = f"""
+CREATE OR REPLACE TEMP TABLE _scores AS
+SELECT * FROM (
+    SELECT t.trace_id, t.max_depth, t.span_count, t.input_tokens + t.output_tokens AS tokens, t.llm_calls,
+           t.duration_ms, r.agent, r.source, r.n AS ref_n, r.med_depth, r.med_spans, r.med_tokens,
+           r.med_calls, r.med_duration, r.med_call, r.mad_call, r.q90_call, r.med_call_in, r.med_call_out,
+           {_z("t.max_depth", "depth")} AS z_depth, {_z("t.span_count", "spans")} AS z_spans,
+           {_z("t.input_tokens + t.output_tokens", "tokens")} AS z_tokens,
+           {_z("t.llm_calls", "calls")} AS z_calls,
+           {_z("t.duration_ms", "duration")} AS z_duration
+    FROM traces t JOIN _reference r ON {agent_key("t")} = r.agent
+    WHERE t.kept
+)
+WHERE z_depth >= $structure_z OR z_spans >= $structure_z
+   OR z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
+"""
+"""The kept traces far from their agent's reference in structure or cost: what ``tool_loop`` and
+``cost_blowup`` start from (the traces table answers it; no span is read)."""
+
 # -------------------------------------------------------------------------------------------- error
 
 ERROR_SQL: Final = f"""
 WITH RECURSIVE
 failing AS (
     SELECT trace_id, span_id, parent_span_id, name, kind, boundary, occurrence, seq, start_time, span_index,
-           error_type, status_message, attempt, coalesce(is_orphan, false) AS is_orphan
-    FROM spans WHERE status_code = 'ERROR'
+           error_type, status_message, attempt, is_orphan
+    FROM _rows WHERE status_code = 'ERROR'
 ),
 chain(trace_id, span_id, level) AS (
     SELECT trace_id, span_id, 0 FROM failing WHERE parent_span_id IS NULL AND NOT is_orphan
@@ -161,9 +189,9 @@ WITH attempts AS (
            any_value(split_part(regexp_replace(coalesce(status_message, ''), '^[A-Za-z_.]+: ', ''),
                                 chr(10), 1)) AS message,
            min(seq) AS first_seq, min(start_time) AS first_start
-    FROM spans
+    FROM _rows
     WHERE kind = 'tool' AND request_sha256 IS NOT NULL
-      AND trace_id IN (SELECT trace_id FROM spans WHERE kind = 'tool' AND attempt > 1)
+      AND trace_id IN (SELECT trace_id FROM _rows WHERE kind = 'tool' AND attempt > 1)
     GROUP BY ALL
     HAVING count(*) >= $drift_min_attempts AND min(coalesce(attempt, 1)) = 1 AND max(attempt) > 1
 ),
@@ -175,9 +203,9 @@ identical AS (
 ),
 emitters AS (
     SELECT i.trace_id, i.tool, i.n, i.error_name, i.message, i.first_seq,
-           (SELECT arg_max(l.span_id, l.start_time) FROM spans l
+           (SELECT arg_max(l.span_id, l.start_time) FROM _rows l
             WHERE l.trace_id = i.trace_id AND l.kind = 'llm' AND l.start_time <= i.first_start) AS llm_span,
-           (SELECT arg_min(t.span_id, t.start_time) FROM spans t
+           (SELECT arg_min(t.span_id, t.start_time) FROM _rows t
             WHERE t.trace_id = i.trace_id AND t.kind = 'tool' AND t.seq = i.first_seq) AS tool_span
     FROM identical i
 )
@@ -185,7 +213,7 @@ SELECT e.trace_id, 'schema_drift' AS category, {_SPAN}, 'tool_schema' AS layer,
        e.tool || ': ' || e.n || ' identical attempts failed identically (' || e.error_name
          || coalesce(': ' || left(e.message, 100), '') || ')' AS evidence,
        0.6 AS confidence, ['identical retries, identical errors'] AS signals
-FROM emitters e JOIN spans s ON s.trace_id = e.trace_id AND s.span_id = coalesce(e.llm_span, e.tool_span)
+FROM emitters e JOIN _rows s ON s.trace_id = e.trace_id AND s.span_id = coalesce(e.llm_span, e.tool_span)
 """
 
 # --------------------------------------------------------------------------------------------- tool loop
@@ -194,8 +222,9 @@ LOOP_SQL: Final = f"""
 WITH groups AS (
     SELECT trace_id, coalesce(tool_name, boundary, name) AS tool, request_sha256, count(*) AS n,
            arg_min(span_id, (start_time, span_index)) AS first_span, min(start_time) AS first_start
-    FROM spans
+    FROM _rows
     WHERE kind = 'tool' AND coalesce(attempt, 1) = 1 AND request_sha256 IS NOT NULL
+      AND hash(trace_id) IN (SELECT trace FROM _candidates WHERE repeats)
     GROUP BY ALL HAVING count(*) >= $loop_min_repeats
 ),
 repeated AS (
@@ -203,14 +232,10 @@ repeated AS (
     FROM groups GROUP BY trace_id
 ),
 structure AS (
-    SELECT t.trace_id, t.max_depth, t.span_count, r.source, r.n AS ref_n,
-           {_z("t.max_depth", "depth")} AS z_depth, {_z("t.span_count", "spans")} AS z_spans,
-           r.med_depth, r.med_spans
-    FROM traces t JOIN _reference r ON {agent_key("t")} = r.agent
-    WHERE t.kept
+    SELECT trace_id, max_depth, span_count, source, ref_n, z_depth, z_spans, med_depth, med_spans FROM _scores
 ),
 deep AS (
-    SELECT st.*, (SELECT arg_min(x.span_id, (x.span_index, x.start_time)) FROM spans x
+    SELECT st.*, (SELECT arg_min(x.span_id, (x.span_index, x.start_time)) FROM _rows x
                   WHERE x.trace_id = st.trace_id AND x.depth = st.max_depth) AS deepest
     FROM structure st WHERE st.z_depth >= $structure_z OR st.z_spans >= $structure_z
 ),
@@ -224,7 +249,7 @@ flagged AS (
 located AS (
     SELECT f.*, coalesce(f.repeat_span,
                          CASE WHEN f.z_depth >= $structure_z THEN f.deepest END,
-                         (SELECT r.span_id FROM spans r
+                         (SELECT r.span_id FROM _rows r
                           WHERE r.trace_id = f.trace_id AND r.parent_span_id IS NULL LIMIT 1)) AS at_span
     FROM flagged f
 )
@@ -240,24 +265,16 @@ SELECT l.trace_id, 'tool_loop' AS category, {_SPAN}, 'workflow' AS layer,
                     CASE WHEN l.z_depth >= $structure_z THEN 'depth' END,
                     CASE WHEN l.z_spans >= $structure_z THEN 'span count' END],
                    lambda x: x IS NOT NULL) AS signals
-FROM located l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
+FROM located l JOIN _rows s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
 """
 
 # ------------------------------------------------------------------------------------------- cost blowup
 
 COST_SQL: Final = f"""
-WITH scored AS (
-    SELECT t.trace_id, t.input_tokens + t.output_tokens AS tokens, t.llm_calls, t.duration_ms,
-           r.source, r.n AS ref_n, r.med_tokens, r.med_calls, r.med_duration,
-           r.med_call, r.mad_call, r.q90_call, r.med_call_in, r.med_call_out, r.agent,
-           {_z("t.input_tokens + t.output_tokens", "tokens")} AS z_tokens,
-           {_z("t.llm_calls", "calls")} AS z_calls,
-           {_z("t.duration_ms", "duration")} AS z_duration
-    FROM traces t JOIN _reference r ON {agent_key("t")} = r.agent
-    WHERE t.kept
-),
-flagged AS (
-    SELECT * FROM scored
+WITH flagged AS (
+    SELECT trace_id, tokens, llm_calls, duration_ms, source, ref_n, med_tokens, med_calls, med_duration,
+           med_call, mad_call, q90_call, med_call_in, med_call_out, agent, z_tokens, z_calls, z_duration
+    FROM _scores
     WHERE z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
 ),
 heavy AS (
@@ -265,7 +282,7 @@ heavy AS (
            (s.input_tokens + s.output_tokens - f.med_call)
              / greatest(1.4826 * f.mad_call, (f.q90_call - f.med_call) / 1.2816,
                         $min_relative_scale * abs(f.med_call), 1.0) AS z_call
-    FROM flagged f JOIN spans s USING (trace_id)
+    FROM flagged f JOIN _rows s USING (trace_id)
     WHERE s.kind = 'llm' AND f.med_call IS NOT NULL
       AND (s.input_tokens + s.output_tokens - f.med_call)
           / greatest(1.4826 * f.mad_call, (f.q90_call - f.med_call) / 1.2816,
@@ -275,7 +292,7 @@ heavy AS (
 located AS (
     SELECT f.*, h.span_id AS heavy_span, h.z_call,
            coalesce(h.output_tokens - h.med_call_out > h.input_tokens - h.med_call_in, false) AS output_heavy,
-           coalesce(h.span_id, (SELECT r.span_id FROM spans r
+           coalesce(h.span_id, (SELECT r.span_id FROM _rows r
                                 WHERE r.trace_id = f.trace_id AND r.parent_span_id IS NULL
                                 LIMIT 1)) AS at_span
     FROM flagged f LEFT JOIN heavy h USING (trace_id)
@@ -299,31 +316,28 @@ SELECT l.trace_id, 'cost_blowup' AS category, {_SPAN},
                     CASE WHEN l.z_calls >= $cost_z THEN 'llm calls' END,
                     CASE WHEN l.z_duration >= $duration_z THEN 'duration' END],
                    lambda x: x IS NOT NULL) AS signals
-FROM located l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
+FROM located l JOIN _rows s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
 """
 
 # ------------------------------------------------------------------------------------ silent degradation
 
 SILENT_SQL: Final = f"""
 WITH roots AS (
-    SELECT trace_id, span_id, status_code,
-           attributes['{attr.RUN_OUTPUT}'] AS output,
-           attributes['{attr.OUTCOME}'] AS root_outcome,
-           TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) AS root_score
-    FROM spans WHERE parent_span_id IS NULL AND NOT coalesce(is_orphan, false)
+    SELECT trace_id, span_id, status_code, run_output AS output, root_outcome, root_score
+    FROM _rows WHERE parent_span_id IS NULL AND NOT is_orphan
 ),
 finals AS (
     SELECT trace_id,
            arg_max({{'span': span_id, 'finish': finish_reason, 'tokens': output_tokens}},
                    (end_time, coalesce(seq, 0))) AS final
-    FROM spans WHERE kind = 'llm' GROUP BY trace_id
+    FROM _rows WHERE kind = 'llm' GROUP BY trace_id
 ),
 judged AS (
     SELECT r.trace_id, r.span_id AS root_span, f.final.span AS final_span,
            coalesce(t.outcome, r.root_outcome) AS outcome,
            coalesce(t.outcome_score, r.root_score) AS score,
            f.final.finish AS finish_reason,
-           f.final.finish IN (SELECT unnest($degraded_finish_reasons)) AS cut_off,
+           list_contains($degraded_finish_reasons, f.final.finish) AS cut_off,
            trim(coalesce(r.output, 'x')) IN ('""', '', 'null') OR f.final.tokens = 0 AS empty_answer
     FROM roots r
     LEFT JOIN traces t USING (trace_id)
@@ -340,12 +354,10 @@ implicated AS (
            arg_min({{'span': span_id, 'kind': kind,
                      'problem': CASE WHEN status_code = 'ERROR' THEN 'failed' ELSE 'returned nothing' END}},
                    (start_time, coalesce(seq, 0))) AS memory
-    FROM spans
+    FROM _rows
     WHERE trace_id IN (SELECT trace_id FROM flagged)
       AND ((kind = 'memory' AND status_code = 'ERROR')
-           OR (kind = 'retriever' AND (status_code = 'ERROR'
-               OR trim(response::VARCHAR) IN ('[]', '{{}}', 'null', '""')
-               OR json_array_length(response, '$.documents') = 0)))
+           OR (kind = 'retriever' AND (status_code = 'ERROR' OR empty_result)))
     GROUP BY trace_id
 ),
 located AS (
@@ -373,5 +385,5 @@ SELECT f.trace_id, 'silent_degradation' AS category, {_SPAN},
                     CASE WHEN f.empty_answer THEN 'empty answer' END],
                    lambda x: x IS NOT NULL) AS signals
 FROM located f
-JOIN spans s ON s.trace_id = f.trace_id AND s.span_id = coalesce(f.memory_span, f.final_span, f.root_span)
+JOIN _rows s ON s.trace_id = f.trace_id AND s.span_id = coalesce(f.memory_span, f.final_span, f.root_span)
 """

@@ -1,10 +1,11 @@
 """Tool calls checked against tool schemas: the jsonschema half of ``schema_violation`` and ``schema_drift``.
 
 DuckDB does the reading: which tool definitions each LLM request sent (grouped by their hash, so each
-distinct tool list is parsed once), every recorded version of each tool's schema (the schemas shown to
-the model in requests, and the schema the tool enforces, which the tailcut SDK records on tool spans as
-``tailcut.tool.schema``), and the tool calls of the LLM responses that need checking, in each provider's
-shape:
+distinct tool list is parsed once: the survey of :mod:`._candidates` finds the lists, and the request of
+one span per list is read here), every recorded version of each tool's schema (the schemas shown to the
+model in requests, and the schema the tool enforces, which the tailcut SDK records on tool spans as
+``tailcut.tool.schema``), and, from the suspect spans in ``_rows``, the tool calls of the LLM responses
+that need checking, in each provider's shape:
 
 ==========================  ===========================================================================
 response shape              where the calls are
@@ -27,7 +28,7 @@ are cached per (schema, arguments), since agents repeat both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,81 +38,72 @@ from tailcut import attributes as attr
 from tailcut.canonical import canonical_json, sha256_hex
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from tailcut.analysis._dataset import Dataset
 
 #: Call item types that are tool calls, across the four shapes (Chat's items carry ``function``).
 _CALL_TYPES: Final = ("function", "function_call", "tool_use", "tool_call")
 
-#: Distinct tool lists sent to models, one representative span each.
-TOOL_LISTS_SQL: Final = f"""
-WITH keyed AS (
-    SELECT trace_id, span_id, attributes['{attr.TOOLS_SHA256}'] AS tools_key
-    FROM spans WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL
-    UNION ALL
-    -- spans other instrumentations wrote carry no hash of their tools: hash the list itself (read only here)
-    SELECT trace_id, span_id, 'sql:' || sha256(json_extract(request, '$.tools')::VARCHAR)
-    FROM spans
-    WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL
-      AND json_extract(request, '$.tools') IS NOT NULL
-)
-SELECT tools_key, arg_min(trace_id, trace_id || span_id) AS trace_id,
-       arg_min(span_id, trace_id || span_id) AS span_id
-FROM keyed GROUP BY tools_key
+#: The tools a representative span of each tool list sent, given (list key, trace) pairs from the survey.
+REPRESENTATIVES_SQL: Final = f"""
+SELECT s.tools_key, arg_min(s.tools, s.trace_id || s.span_id) AS tools, min(s.trace_id || s.span_id) AS first
+FROM (
+    SELECT trace_id, span_id, attributes['{attr.TOOLS_SHA256}'] AS tools_key,
+           json_extract(request, '$.tools')::VARCHAR AS tools
+    FROM spans WHERE kind = 'llm' AND trace_id IN (SELECT unnest($traces))
+) s
+JOIN (SELECT unnest($keys) AS tools_key, unnest($traces) AS trace_id) r USING (tools_key, trace_id)
+GROUP BY s.tools_key
 """
 
-#: The tools of the representative spans (read only for those few spans).
-TOOLS_OF_SQL: Final = """
-SELECT trace_id, span_id, json_extract(request, '$.tools')::VARCHAR AS tools
-FROM spans WHERE kind = 'llm' AND trace_id IN (SELECT unnest(?)) AND span_id IN (SELECT unnest(?))
+#: Tool lists of spans other instrumentations wrote (no hash of their tools: the list itself is hashed).
+THIRD_PARTY_LISTS_SQL: Final = """
+SELECT 'sql:' || sha256(request_tools) AS tools_key, arg_min(request_tools, trace_id || span_id) AS tools,
+       min(trace_id || span_id) AS first
+FROM _rows WHERE kind = 'llm' AND tools_key IS NULL AND request_tools IS NOT NULL
+GROUP BY 1
 """
 
-#: Every schema a tool enforces, as recorded on its spans (the tailcut SDK writes the full schema).
-ENFORCED_SQL: Final = f"""
-SELECT tool_name, attributes['{attr.TOOL_SCHEMA_SHA256}'] AS sha,
-       any_value(attributes['{attr.TOOL_SCHEMA}']) AS schema
-FROM spans
-WHERE kind = 'tool' AND tool_name IS NOT NULL AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL
-GROUP BY ALL
-"""
-
-#: The tool calls of the LLM spans that need checking (``_suspect_keys`` holds the tool lists to recheck).
+#: The tool calls of the LLM spans that need checking, from ``_rows`` (see :mod:`._candidates`).
 CALLS_SQL: Final = f"""
 WITH candidates AS (
-    SELECT trace_id, span_id, name, kind, boundary, occurrence, seq, start_time, response,
-           attributes['{attr.TOOLS_SHA256}'] AS tools_key
-    FROM spans
-    WHERE kind = 'llm' AND response IS NOT NULL AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL
-      AND (NOT $trust
-           OR coalesce(TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER), 1) > 0
-           OR attributes['{attr.TOOLS_SHA256}'] IN (SELECT tools_key FROM _suspect_keys))
+    SELECT trace_id, span_id, name, kind, boundary, occurrence, seq, start_time, response, tools_key
+    FROM _rows
+    WHERE kind = 'llm' AND response IS NOT NULL AND tools_key IS NOT NULL
+      AND (NOT $trust_recorded_counts OR coalesce(recorded_violations, 1) > 0
+           OR list_contains($suspect_keys, tools_key))
     UNION ALL
     SELECT trace_id, span_id, name, kind, boundary, occurrence, seq, start_time, response,
-           'sql:' || sha256(json_extract(request, '$.tools')::VARCHAR)
-    FROM spans
-    WHERE kind = 'llm' AND response IS NOT NULL AND attributes['{attr.TOOLS_SHA256}'] IS NULL
+           'sql:' || sha256(request_tools)
+    FROM _rows
+    WHERE kind = 'llm' AND response IS NOT NULL AND tools_key IS NULL
 ),
-items AS (
-    SELECT * EXCLUDE (response), unnest(list_concat(
+listed AS (
+    SELECT * EXCLUDE (response), list_concat(
         coalesce(json_extract(response, '$.choices[*].message.tool_calls[*]'), []),
         coalesce(json_extract(response, '$.output[*]'), []),
         coalesce(json_extract(response, '$.content[*]'), []),
-        coalesce(json_extract(response, '$.messages[*].parts[*]'), []))) AS item
+        coalesce(json_extract(response, '$.messages[*].parts[*]'), [])) AS items
     FROM candidates
 ),
+items AS (
+    SELECT * EXCLUDE (items), unnest(items) AS item, generate_subscripts(items, 1) AS position FROM listed
+),
 calls AS (
-    SELECT * EXCLUDE (item),
+    SELECT * EXCLUDE (item, position),
            coalesce(item ->> '$.function.name', item ->> '$.name') AS tool,
            coalesce(item -> '$.function.arguments', item -> '$.arguments', item -> '$.input')
                AS raw_arguments,
            coalesce(item ->> '$.call_id', item ->> '$.id') AS call_id,
-           row_number() OVER (PARTITION BY trace_id, span_id) AS call_index
+           row_number() OVER (PARTITION BY trace_id, span_id ORDER BY position) AS call_index
     FROM items
     WHERE (item ->> '$.type') IN {_CALL_TYPES}
        OR ((item ->> '$.type') IS NULL AND (item -> '$.function') IS NOT NULL)
 ),
 answered AS (
-    SELECT trace_id, tool_call_id, tool_name, attributes['{attr.TOOL_SCHEMA_SHA256}'] AS sha
-    FROM spans WHERE kind = 'tool' AND coalesce(attempt, 1) = 1
+    SELECT trace_id, tool_call_id, tool_name, schema_sha AS sha
+    FROM _rows WHERE kind = 'tool' AND coalesce(attempt, 1) = 1
       AND trace_id IN (SELECT trace_id FROM candidates)
 )
 SELECT c.* EXCLUDE (raw_arguments),
@@ -243,29 +235,70 @@ def _sha(schema: Any) -> str:
     return sha256_hex(canonical_json(schema))
 
 
-def load_schema_book(dataset: Dataset) -> SchemaBook:
-    """Read every tool list sent and every enforced tool schema of the data dir into a :class:`SchemaBook`."""
+def representative_lists(dataset: Dataset, survey: pa.Table) -> list[tuple[str, str, str | None]]:
+    """``(first span, list key, tools JSON)`` of every tool list the survey found, from one span showing it.
+
+    The key is the hash of the list, so any span that showed it will do; the first span (by trace and span
+    id) of the first trace the survey saw showing it is read, which keeps the choice independent of file
+    order and reads the requests of only a few traces.
+    """
+    rows = [
+        (key, trace)
+        for facet, key, trace in zip(
+            survey["facet"].to_pylist(),
+            survey["key"].to_pylist(),
+            survey["first_trace"].to_pylist(),
+            strict=True,
+        )
+        if facet == "list" and key is not None
+    ]
+    if not rows:
+        return []
+    found = dataset.connection.execute(
+        REPRESENTATIVES_SQL, {"keys": [k for k, _ in rows], "traces": [t for _, t in rows]}
+    ).fetchall()
+    return [(first, key, tools) for key, tools, first in found]
+
+
+def third_party_lists(dataset: Dataset) -> list[tuple[str, str, str | None]]:
+    """``(first span, list key, tools JSON)`` of the tool lists in spans other instrumentations wrote."""
+    found = dataset.connection.execute(THIRD_PARTY_LISTS_SQL).fetchall()
+    return [(first, key, tools) for key, tools, first in found]
+
+
+def enforced_schemas(survey: pa.Table) -> list[tuple[str, str, str | None]]:
+    """``(tool, sha, schema JSON)`` of every schema a tool's spans enforced, from the survey."""
+    return sorted(
+        (tool, sha, schema)
+        for facet, tool, sha, schema in zip(
+            survey["facet"].to_pylist(),
+            survey["tool_name"].to_pylist(),
+            survey["key"].to_pylist(),
+            survey["schema"].to_pylist(),
+            strict=True,
+        )
+        if facet == "enforced" and tool is not None and sha is not None
+    )
+
+
+def load_schema_book(
+    lists: Iterable[tuple[str, str, str | None]], enforced: Iterable[tuple[str, str, str | None]]
+) -> SchemaBook:
+    """A :class:`SchemaBook` of the tool lists (in the order of their first span) and the enforced schemas."""
     book = SchemaBook()
-    lists = dataset.connection.execute(TOOL_LISTS_SQL).fetchall()
-    if lists:
-        keys = {(trace, span): key for key, trace, span in lists}
-        rows = dataset.connection.execute(
-            TOOLS_OF_SQL, [[t for t, _ in keys], [s for _, s in keys]]
-        ).fetchall()
-        for trace, span, tools_text in rows:
-            key = keys.get((trace, span))
-            if key is None or key in book.shown:
-                continue
-            tools = orjson.loads(tools_text) if tools_text else []
-            shown: dict[str, str] = {}
-            for name, schema in _tool_entries(tools):
-                sha = _sha(schema)
-                if name in shown and shown[name] != sha:
-                    book.ambiguous.setdefault(key, set()).add(name)
-                shown[name] = sha
-                book.versions.setdefault(name, {})[sha] = schema
-            book.shown[key] = shown
-    for tool, sha, schema_text in dataset.connection.execute(ENFORCED_SQL).fetchall():
+    for _, key, tools_text in sorted(lists):
+        if key in book.shown:
+            continue
+        tools = orjson.loads(tools_text) if tools_text else []
+        shown: dict[str, str] = {}
+        for name, schema in _tool_entries(tools):
+            sha = _sha(schema)
+            if name in shown and shown[name] != sha:
+                book.ambiguous.setdefault(key, set()).add(name)
+            shown[name] = sha
+            book.versions.setdefault(name, {})[sha] = schema
+        book.shown[key] = shown
+    for tool, sha, schema_text in enforced:
         book.enforced.setdefault(tool, set()).add(sha)
         if schema_text:
             try:
@@ -277,13 +310,8 @@ def load_schema_book(dataset: Dataset) -> SchemaBook:
 
 def check_calls(dataset: Dataset, book: SchemaBook, *, trust_recorded_counts: bool) -> list[CallProblem]:
     """The schema violations and argument-level schema drifts of every tool call that needs checking."""
-    connection = dataset.connection
-    connection.execute("CREATE OR REPLACE TEMP TABLE _suspect_keys (tools_key VARCHAR)")
-    suspects = book.suspect_keys()
-    if suspects:
-        connection.executemany("INSERT INTO _suspect_keys VALUES (?)", [[k] for k in suspects])
-    query = CALLS_SQL.replace("$trust", "true" if trust_recorded_counts else "false")
-    cursor = connection.execute(query)
+    parameters = {"trust_recorded_counts": trust_recorded_counts, "suspect_keys": book.suspect_keys()}
+    cursor = dataset.connection.execute(CALLS_SQL, parameters)
     columns = [d[0] for d in cursor.description]
     problems: list[CallProblem] = []
     while batch := cursor.fetchmany(4096):

@@ -7,9 +7,13 @@ tree macros and compares the nested-set descendant query with the recursive CTE 
 The data dir is generated directly as Arrow tables (no SDK in the loop) with the schema module and written
 with ``DataDirWriter``: support-agent traces (root → agent → memory, retriever, LLM calls with tools, tool
 calls with the enforced schema, a router) with payloads shaped like the OpenAI SDK's, a uniform 5%
-baseline slice, and a few percent of each failure category. Run::
+baseline slice, and a few percent of each failure category. By default each template's traces are written
+together, so the failing traces fill the last row groups; ``--interleave`` writes them in a random order
+instead, as a collector writing in decision order would, so every row group mixes failures and clean
+traffic. Run::
 
     python benchmarks/bench_analysis.py              # ~1M spans
+    python benchmarks/bench_analysis.py --interleave
     python benchmarks/bench_analysis.py --spans 100000
 """
 
@@ -26,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tailcut import attributes as attr
 from tailcut.analysis import CATEGORIES, Dataset
@@ -442,8 +447,12 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
     return pa.Table.from_pydict(columns, schema=schema.TRACES)
 
 
-def build(path: Path, spans_wanted: int, seed: int = 7) -> tuple[int, int]:
-    """Write about ``spans_wanted`` kept spans: failures plus a 5% baseline slice of clean traffic."""
+def build(path: Path, spans_wanted: int, seed: int = 7, *, interleave: bool = False) -> tuple[int, int]:
+    """Write about ``spans_wanted`` kept spans: failures plus a 5% baseline slice of clean traffic.
+
+    With ``interleave``, the traces are written in a random order (8,000 at a time) instead of template by
+    template.
+    """
     rng = np.random.default_rng(seed)
     p = 0.05
     sizes = {name: len(make()) for name, (_, make) in TEMPLATES.items()}
@@ -452,6 +461,7 @@ def build(path: Path, spans_wanted: int, seed: int = 7) -> tuple[int, int]:
     counts = {name: max(1, round(share * traces)) for name, (share, _) in TEMPLATES.items()}
     first = 0
     total_spans = 0
+    held: list[pa.Table] = []
     with DataDirWriter(path) as writer:
         for name, (_, make) in TEMPLATES.items():
             template = make()
@@ -461,12 +471,26 @@ def build(path: Path, spans_wanted: int, seed: int = 7) -> tuple[int, int]:
                 ids = [f"{rng.integers(2**63):016x}{first + i:016x}" for i in range(n)]
                 table = template_table(template, ids, first, rng)
                 baseline = rng.random(n) < (1.0 if name == "normal" else p)
-                writer.write_spans(table)
                 writer.write_traces(traces_rows(table, name, baseline, p))
+                if interleave:
+                    held.append(table)
+                else:
+                    writer.write_spans(table)
                 total_spans += table.num_rows
                 first += n
                 done += n
+        if interleave:
+            write_interleaved(writer, pa.concat_tables(held), rng)
     return first, total_spans
+
+
+def write_interleaved(writer: DataDirWriter, spans: pa.Table, rng: np.random.Generator) -> None:
+    """Write ``spans`` trace by trace in a random order, 8,000 traces per write."""
+    trace_ids = pc.unique(spans["trace_id"]).to_numpy(zero_copy_only=False)
+    order = rng.permutation(len(trace_ids))
+    for start in range(0, len(order), 8_000):
+        chunk = pa.array(trace_ids[order[start : start + 8_000]])
+        writer.write_spans(spans.filter(pc.is_in(spans["trace_id"], value_set=chunk)))
 
 
 def timed(action: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
@@ -483,11 +507,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spans", type=int, default=1_000_000, help="spans to generate (default 1M)")
     parser.add_argument("--keep", type=Path, help="write the data dir here (default: a temporary dir)")
+    parser.add_argument(
+        "--interleave", action="store_true", help="write the traces in random order, not template by template"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         path = options.keep or Path(scratch) / "data"
         start = time.perf_counter()
-        traces, spans = build(path, options.spans)
+        traces, spans = build(path, options.spans, interleave=options.interleave)
         print(f"built {spans:,} spans in {traces:,} traces in {time.perf_counter() - start:.1f} s at {path}")
         data = Dataset(path)
         scan, _ = timed(

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from tailcut.analysis import CATEGORIES, Dataset, build_report, compare_by
+from tailcut.analysis import CATEGORIES, Dataset, Thresholds, build_report, compare_by
 from tailcut.analysis._estimates import GroupSample
 from tests.analysis_support import fleet_data, in_slice, rewrite, tail_sample
 
@@ -93,6 +93,15 @@ def test_classification_of_the_tail_sample_matches_the_census(fleet, census, sam
     assert got == expected
     reference = "baseline slice median of"
     assert all(reference in e for e in findings.filter(category="cost_blowup")["evidence"])
+
+
+def test_counting_repeated_calls_finds_what_the_trace_signal_finds(census, sampled):
+    """The fleet's traces rows were computed from its spans, so taking the traces that may repeat a tool
+    call from max_tool_repeat (instead of grouping every tool call) loses no finding."""
+    for dataset, findings in (census, sampled):
+        counted = dataset.classify(thresholds=Thresholds(trust_trace_signals=False))
+        assert counted.equals(findings)
+        assert counted.filter(category="tool_loop").height > 0
 
 
 def test_a_small_baseline_slice_does_not_flag_ordinary_runs(fleet, census, tmp_path):
