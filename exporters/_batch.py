@@ -180,6 +180,10 @@ class AttributeColumns:
         )
 
 
+#: The view of an empty string (what a null slot holds).
+_EMPTY_VIEW: Final = np.zeros(1, dtype="V16")
+
+
 def take_strings(array: pa.Array, index: np.ndarray) -> pa.Array:
     """``array[index]`` as a ``string`` array, null where ``index`` is -1.
 
@@ -190,15 +194,16 @@ def take_strings(array: pa.Array, index: np.ndarray) -> pa.Array:
         return pa.nulls(len(index), pa.string())
     if array.type == pa.string_view():
         buffers = array.buffers()
-        views = np.frombuffer(buffers[1], dtype="<i4").reshape(-1, 4)[
-            array.offset : array.offset + len(array)
-        ]
+        # A view is 16 opaque bytes: gathered as one numpy "V16" item each (much faster than 4 ints).
+        views = np.frombuffer(buffers[1], dtype="V16")[array.offset : array.offset + len(array)]
+        at = np.maximum(index, 0)
         valid = index >= 0
-        if array.null_count:
-            bits = np.unpackbits(np.frombuffer(buffers[0], dtype=np.uint8), bitorder="little")
-            valid &= bits[array.offset + np.maximum(index, 0)].astype(bool)
-        picked = views[np.maximum(index, 0)]
-        picked[~valid] = 0
+        if array.null_count:  # read the validity bits of the picked views only
+            bit = array.offset + at
+            byte = np.frombuffer(buffers[0], dtype=np.uint8)[bit >> 3]
+            valid &= ((byte >> (bit & 7).astype(np.uint8)) & 1).astype(bool)
+        picked = views[at]
+        np.putmask(picked, ~valid, _EMPTY_VIEW)
         null_count = int(len(index) - np.count_nonzero(valid))
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
         gathered = pa.Array.from_buffers(

@@ -64,31 +64,39 @@ _INTEGER_COLUMNS: Final = {
     "attempt": pa.int32(),
 }
 #: Every key the array path reads.
-_LOOKUP_KEYS: Final = tuple(
-    dict.fromkeys(
-        [*sorted(KIND_KEYS), n.LLM_REQUEST_TYPE, *DUPLICATES]
-        + [s.key for sources in COLUMN_SOURCES.values() for s in sources]
-    )
+_LOOKUP_KEYS: Final = frozenset(
+    [*KIND_KEYS, n.LLM_REQUEST_TYPE, *DUPLICATES]
+    + [s.key for sources in COLUMN_SOURCES.values() for s in sources]
 )
 
 
 class _Lookup:
-    """Where each interesting key sits for each span: ``rows(key)[span]`` is an attribute row or -1."""
+    """Where each interesting key sits for each span: ``rows(key)[span]`` is an attribute row or -1.
+
+    Only the keys present in the batch get a row in the table (tailcut's own spans carry few of the many
+    fallback keys), so a caller can skip every absent key with :meth:`has`.
+    """
 
     def __init__(self, a: AttributeColumns, count: int) -> None:
         encoded = pc.dictionary_encode(a.key)
         self.codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-        slot_of_key = {key: i for i, key in enumerate(_LOOKUP_KEYS)}
         names = encoded.dictionary.to_pylist()
-        slot_of_code = np.array([slot_of_key.get(name, -1) for name in names] + [-1], dtype=np.int64)
+        self._slot = {key: i for i, key in enumerate(k for k in names if k in _LOOKUP_KEYS)}
+        slot_of_code = np.array([self._slot.get(name, -1) for name in names] + [-1], dtype=np.int64)
         slots = slot_of_code[self.codes]
-        self._table = np.full((count, len(_LOOKUP_KEYS)), -1, dtype=np.int64)
+        self._table = np.full((len(self._slot), count), -1, dtype=np.int64)
         hit = np.flatnonzero(slots >= 0)
-        self._table[a.span[hit], slots[hit]] = hit  # a repeated key: the last row wins
-        self._slot = slot_of_key
+        self._table[slots[hit], a.span[hit]] = hit  # a repeated key: the last row wins
+        self._absent = np.full(count, -1, dtype=np.int64)
+        self._absent.flags.writeable = False
+
+    def has(self, key: str) -> bool:
+        """Whether any span of the batch has attribute ``key``."""
+        return key in self._slot
 
     def rows(self, key: str) -> np.ndarray:
-        return self._table[:, self._slot[key]]
+        slot = self._slot.get(key)
+        return self._absent if slot is None else self._table[slot]
 
 
 class _Text:
@@ -148,6 +156,8 @@ class _Columns:
         """The attribute row each span's ``column`` comes from (-1: none); marks the rows consumed."""
         chosen = np.full(len(self.kind), -1, dtype=np.int64)
         for source in COLUMN_SOURCES[column]:
+            if not self.lookup.has(source.key):
+                continue
             rows = self.lookup.rows(source.key)
             take = (chosen < 0) & self._fits(rows, source, column)
             chosen[take] = rows[take]
@@ -158,14 +168,21 @@ class _Columns:
             self.consumed[row] = len(self.a.others[row]) == 1
         return chosen
 
-    def text(self, column: str) -> _Text:
-        """The column's values, gathered straight into storage order."""
-        rows = self.rows(column)
-        is_array = self.a.vtype_at(rows) == OTHER
-        text = _Text(take_strings(self.a.strs, np.where(is_array, -1, rows)[self.order]), self.position)
-        for span in np.flatnonzero(is_array).tolist():
-            text[span] = self.a.others[int(rows[span])][0]
-        return text
+    def texts(self, columns: Sequence[str]) -> dict[str, _Text]:
+        """The columns' values in storage order, gathered together (one string gather and copy for all)."""
+        count = len(self.order)
+        rows = [self.rows(column) for column in columns]
+        is_array = [self.a.vtype_at(r) == OTHER for r in rows]
+        index = np.concatenate(
+            [np.where(array, -1, r)[self.order] for r, array in zip(rows, is_array, strict=True)]
+        )
+        gathered = take_strings(self.a.strs, index)
+        texts = {}
+        for i, column in enumerate(columns):
+            text = texts[column] = _Text(gathered.slice(i * count, count), self.position)
+            for span in np.flatnonzero(is_array[i]).tolist():
+                text[span] = self.a.others[int(rows[i][span])][0]
+        return texts
 
     def integers(self, column: str) -> np.ma.MaskedArray:
         rows = self.rows(column)
@@ -322,7 +339,8 @@ def _last_per_key(span: np.ndarray, code: np.ndarray, rows: np.ndarray) -> np.nd
     if not len(rows):
         return rows
     pair = span.astype(np.int64) * (int(code.max()) + 1) + code
-    if len(np.unique(pair)) == len(pair):
+    ordered = np.sort(pair)  # (sorting is many times faster than np.unique's hashing here)
+    if not (ordered[1:] == ordered[:-1]).any():
         return rows
     _, last_from_end = np.unique(pair[::-1], return_index=True)
     return np.sort(rows[len(rows) - 1 - last_from_end])
@@ -406,7 +424,7 @@ def normalize(batch: DecodedSpans) -> pa.Table:
     order = tree.order
     columns = _Columns(a, lookup, kind, order)
     columns.consumed[kind_rows] = True
-    text = {name: columns.text(name) for name in (*_STRING_COLUMNS, "request", "response")}
+    text = columns.texts((*_STRING_COLUMNS, "request", "response"))
     numbers = {name: columns.integers(name) for name in _INTEGER_COLUMNS}
     for (
         key,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterable
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
@@ -39,8 +39,16 @@ from tailcut.exporters._errors import BadOtlpInput
 
 SPAN_KINDS: Final = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # 0 = unspecified
 STATUS_CODES: Final = ("UNSET", "OK", "ERROR")
-_HEX: Final = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+#: Byte -> its two lowercase hex digits, as the little-endian 16-bit word holding them.
+_HEX_DIGITS: Final = np.array(
+    [int.from_bytes(f"{b:02x}".encode(), "little") for b in range(256)], dtype="<u2"
+)
 _PADDING: Final = bytes(16)
+_Message = TypeVar("_Message", bound=Message)
+#: By wire type: the size of a fixed-size field, and whether protobuf defines the type (3 and 4, groups,
+#: are obsolete and never used by OTLP).
+_FIXED_SIZES: Final = np.array([0, 8, 0, 0, 0, 4, 0, 0], dtype=np.int64)
+_KNOWN_WIRE_TYPES: Final = np.array([True, True, True, False, False, True, False, False])
 
 
 def any_value(value: AnyValue) -> Any:
@@ -119,20 +127,18 @@ def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> F
         wire = tag & 7
         value = np.zeros(len(owner), dtype=np.int64)
         field_start = pos
-        field_end = pos.copy()
-        is_varint = np.flatnonzero(wire == 0)
-        if len(is_varint):
-            value[is_varint], field_end[is_varint], good = _varint(data, pos[is_varint], 10)
-            ok[is_varint] &= good
-        is_bytes = np.flatnonzero(wire == 2)
-        if len(is_bytes):
+        field_end = pos + _FIXED_SIZES[wire]
+        if (is_varint := wire == 0).any():
+            at = _selection(is_varint)
+            value[at], field_end[at], good = _varint(data, pos[at], 10)
+            ok[at] &= good
+        if (is_bytes := wire == 2).any():
+            at = _selection(is_bytes)
             field_start = pos.copy()
-            length, field_start[is_bytes], good = _varint(data, pos[is_bytes], 5)
-            field_end[is_bytes] = field_start[is_bytes] + length
-            ok[is_bytes] &= good
-        field_end[wire == 1] += 8
-        field_end[wire == 5] += 4
-        ok &= ((wire <= 2) | (wire == 5)) & (number > 0) & (field_end <= limit)
+            length, field_start[at], good = _varint(data, pos[at], 5)
+            field_end[at] = field_start[at] + length
+            ok[at] &= good
+        ok &= _KNOWN_WIRE_TYPES[wire] & (number > 0) & (field_end <= limit)
         if not ok.all():
             bad = int(np.argmin(ok))
             raise BadOtlpInput(
@@ -145,6 +151,11 @@ def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> F
         empty = np.zeros(0, dtype=np.int64)
         return Fields(empty, empty, empty, empty, empty)
     return Fields(*(np.concatenate(column) for column in zip(*found, strict=True)))
+
+
+def _selection(mask: np.ndarray) -> slice | np.ndarray:
+    """Where ``mask`` holds, to index with: everywhere (the usual step) is the free ``slice(None)``."""
+    return slice(None) if mask.all() else np.flatnonzero(mask)
 
 
 def grouped(f: Fields) -> Fields:
@@ -189,17 +200,18 @@ def _string_views(
     )
 
 
-def _hex(data: np.ndarray, start: np.ndarray, size: int, valid: np.ndarray) -> pa.Array:
-    """``data[start[i]:start[i] + size]`` as lowercase hex strings (null where not ``valid``)."""
-    raw = data[start[:, None] + np.arange(size)]
-    text = np.empty((len(start), 2 * size), dtype=np.uint8)
-    text[:, 0::2] = _HEX[raw >> 4]
-    text[:, 1::2] = _HEX[raw & 15]
-    offsets = np.arange(0, 2 * size * (len(start) + 1), 2 * size, dtype=np.int32)
-    null_count = int(len(start) - np.count_nonzero(valid))
+def _hex(ids: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """Ids given as rows of big-endian words (see :func:`_id_keys`) as lowercase hex strings.
+
+    Null where not ``valid``. Each byte becomes its two hex digits with one table lookup.
+    """
+    size = ids.shape[1] * 8
+    text = _HEX_DIGITS[ids.astype(">u8").view(np.uint8)]
+    offsets = np.arange(0, 2 * size * (len(ids) + 1), 2 * size, dtype=np.int32)
+    null_count = int(len(ids) - np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(
-        pa.string(), len(start), [validity, pa.py_buffer(offsets), pa.py_buffer(text)], null_count=null_count
+        pa.string(), len(ids), [validity, pa.py_buffer(offsets), pa.py_buffer(text)], null_count=null_count
     )
 
 
@@ -296,13 +308,21 @@ def _rare(data: np.ndarray, found: Fields, parse: Callable[[bytes], Any]) -> dic
     return out
 
 
+def _parse(message: type[_Message], raw: bytes, what: str) -> _Message:
+    """``raw`` parsed as ``message`` by the protobuf runtime (the parts too rare to decode with arrays)."""
+    try:
+        return message.FromString(raw)
+    except DecodeError as exc:
+        raise BadOtlpInput(f"{what} is not valid protobuf: {exc}") from None
+
+
 def _event(raw: bytes) -> SpanEvent:
-    event = Span.Event.FromString(raw)
+    event = _parse(Span.Event, raw, "a span event")
     return SpanEvent(event.name, event.time_unix_nano, key_values(event.attributes))
 
 
 def _link(raw: bytes) -> SpanLink:
-    link = Span.Link.FromString(raw)
+    link = _parse(Span.Link, raw, "a span link")
     return SpanLink(link.trace_id.hex(), link.span_id.hex(), key_values(link.attributes))
 
 
@@ -375,14 +395,18 @@ def _split(
     Returns the bytes (padded), each span's start and end offset, the distinct resources, each span's
     resource index and each span's scope name.
     """
+    # One copy into a padded buffer: the padding lets every varint and string-view read run past the
+    # last span unchecked.
     if isinstance(resource_spans, bytes | bytearray | memoryview):
-        data = bytes(resource_spans)
-        messages = [(s, e) for number, s, e in _scan(data, 0, len(data), "the OTLP request") if number == 1]
+        data = b"".join((resource_spans, _PADDING))
+        size = len(data) - len(_PADDING)
+        messages = [(s, e) for number, s, e in _scan(data, 0, size, "the OTLP request") if number == 1]
     else:
         encoded = [m.SerializeToString() for m in resource_spans]
-        data = b"".join(encoded)
-        ends = np.cumsum([len(m) for m in encoded]).tolist()
+        ends = np.cumsum([len(m) for m in encoded], dtype=np.int64).tolist()
         messages = list(zip([0, *ends[:-1]], ends, strict=True))
+        encoded.append(_PADDING)
+        data = b"".join(encoded)
     starts: list[int] = []
     ends_: list[int] = []
     resources: list[ResourceInfo] = []
@@ -394,7 +418,7 @@ def _split(
         attributes: dict[str, Any] = {}
         for number, s, e in _scan(data, message_start, message_end, "a ResourceSpans message"):
             if number == 1:
-                attributes = key_values(Resource.FromString(data[s:e]).attributes)
+                attributes = key_values(_parse(Resource, data[s:e], "a resource").attributes)
             elif number == 2:
                 before = len(starts)
                 scope_name = None
@@ -403,7 +427,7 @@ def _split(
                         starts.append(a)
                         ends_.append(b)
                     elif inner == 1:
-                        scope_name = InstrumentationScope.FromString(data[a:b]).name or None
+                        scope_name = _parse(InstrumentationScope, data[a:b], "a scope").name or None
                 scope_names.append(scope_name)
                 per_scope.append(len(starts) - before)
         resources.append(ResourceInfo.of(attributes))
@@ -412,7 +436,7 @@ def _split(
         pa.array(np.repeat(np.arange(len(per_scope)), per_scope))
     )
     return (
-        data + _PADDING,  # lets every varint and string-view read run past the last span unchecked
+        data,
         np.array(starts, dtype=np.int64),
         np.array(ends_, dtype=np.int64),
         resources,
@@ -450,24 +474,26 @@ def decode_resource_spans(
     at_field = np.full((count, 17), -1, dtype=np.int64)
     at_field[found.owner[singular], found.number[singular]] = np.flatnonzero(singular)
 
-    def single(number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def single(number: int, column: np.ndarray) -> np.ndarray:
+        """Per span, ``column`` (of ``found``) for its field ``number``; 0 where the span has none."""
         at = at_field[:, number]
-        has = at >= 0
-        safe = np.maximum(at, 0)
-        zero = np.zeros(count, dtype=np.int64)
-        pick = (np.where(has, column[safe], zero) for column in (found.start, found.end, found.value))
-        return has, *pick
+        if not len(column):  # no span has any field
+            return np.zeros(count, dtype=np.int64)
+        return np.where(at >= 0, column[at], 0)  # (-1 reads the last entry, discarded)
 
-    _, trace_start, trace_end, _ = single(1)
-    _, span_start, span_end, _ = single(2)
-    has_parent, parent_start, parent_end, _ = single(4)
-    parent_length = parent_end - parent_start
+    trace_start, trace_end = single(1, found.start), single(1, found.end)
+    span_start, span_end = single(2, found.start), single(2, found.end)
+    parent_start = single(4, found.start)
+    parent_length = single(4, found.end) - parent_start
+    has_parent = parent_length == 8
+    ids = _id_keys(data, trace_start, span_start, np.where(has_parent, parent_start, -1))
     good = (
         (trace_end - trace_start == 16)
         & (span_end - span_start == 8)
-        & ((parent_length == 8) | (parent_length == 0))
+        & (has_parent | (parent_length == 0))
+        & ((ids[:, 0] | ids[:, 1]) != 0)
+        & (ids[:, 2] != 0)
     )
-    good &= _nonzero(data, trace_start, 16) & _nonzero(data, span_start, 8)
     if not good.all():
         problems = [
             f"span {i}: trace_id must be 16 and span_id 8 non-zero bytes, parent_span_id empty or 8 bytes"
@@ -477,19 +503,17 @@ def decode_resource_spans(
             raise BadOtlpInput(problems[0])
         for problem in problems:
             on_bad_span(problem)
-    _, name_start, name_end, _ = single(5)
-    _, _, _, kind = single(6)
+    kind = single(6, found.value)
     kinds = pa.array(SPAN_KINDS, pa.string()).take(pa.array(np.where(kind < len(SPAN_KINDS), kind, 0)))
-    times = []
-    for number in (7, 8):
-        has, start, _, _ = single(number)
-        times.append(np.where(has, _words(data, "<i8")[start], 0))
+    times = [np.where(at_field[:, n] >= 0, _words(data, "<i8")[single(n, found.start)], 0) for n in (7, 8)]
     status_codes, status_messages = _status(buffer, data, found.select(15), count)
     decoded = DecodedSpans(
-        trace_id=_hex(data, trace_start, 16, np.ones(count, dtype=bool)),
-        span_id=_hex(data, span_start, 8, np.ones(count, dtype=bool)),
-        parent_span_id=_hex(data, parent_start, 8, has_parent & (parent_length == 8)),
-        name=_string_views(buffer, data, name_start, name_end, np.ones(count, dtype=bool)).cast(pa.string()),
+        trace_id=_hex(ids[:, :2], np.ones(count, dtype=bool)),
+        span_id=_hex(ids[:, 2:3], np.ones(count, dtype=bool)),
+        parent_span_id=_hex(ids[:, 3:], has_parent),
+        name=_string_views(
+            buffer, data, single(5, found.start), single(5, found.end), np.ones(count, dtype=bool)
+        ).cast(pa.string()),
         span_kind=kinds,
         start_ns=times[0],
         end_ns=times[1],
@@ -501,20 +525,16 @@ def decode_resource_spans(
         events=_rare(data, found.select(11), _event),
         links=_rare(data, found.select(13), _link),
         attributes=_attributes(buffer, data, grouped(found.select(9))),
-        id_keys=_id_keys(
-            data, trace_start, span_start, np.where(has_parent & (parent_length == 8), parent_start, -1)
-        ),
+        id_keys=ids,
     )
     return decoded if good.all() else decoded.subset(np.flatnonzero(good))
 
 
 def _id_keys(data: np.ndarray, trace: np.ndarray, span: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """The ids as big-endian numbers (see ``DecodedSpans.id_keys``); ``parent`` is -1 for none."""
+    """The ids as big-endian numbers (see ``DecodedSpans.id_keys``); ``parent`` is -1 for none.
+
+    Read once, they also give the hex ids and the all-zero checks.
+    """
     words = _words(data, ">u8")
     parent_key = np.where(parent >= 0, words[np.maximum(parent, 0)], 0).astype(np.uint64)
     return np.column_stack([words[trace], words[trace + 8], words[span], parent_key]).astype(np.uint64)
-
-
-def _nonzero(data: np.ndarray, start: np.ndarray, size: int) -> np.ndarray:
-    """Whether each ``size``-byte id at ``start`` has a non-zero byte (all-zero ids are invalid in OTLP)."""
-    return data[start[:, None] + np.arange(size)].any(axis=1)

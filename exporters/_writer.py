@@ -12,7 +12,10 @@ atomically (see :mod:`._atomic`); JSON columns are checked so one bad value cann
 
 Encoding and compressing a row group is the expensive part and releases the GIL, so by default it runs on
 one background thread while the caller goes on normalising the next batch; at most two row groups wait for
-it (the caller blocks beyond that). A failure there is raised by the caller's next call.
+it (the caller blocks beyond that). That thread also checks each written batch's JSON columns as the batch
+arrives, while it would otherwise wait for a row group to fill, so the last row group (written when the
+writer is flushed or closed, with the caller waiting) costs only its sort and encoding. A failure there is
+raised by the caller's next call.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tailcut.exporters import schema
 from tailcut.exporters._atomic import part_names, publish, stale_temporaries
 from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._json_columns import readable_json
+from tailcut.exporters._row_order import sort_rows
 
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_ROLL_SECONDS: Final = 60.0
@@ -49,12 +53,14 @@ _SORT_KEYS: Final = {
 
 @dataclass
 class _Partition:
-    """One table's rows for one day: the buffer (caller side) and the file being written (writer thread)."""
+    """One table's rows for one day: the rows not yet written, and the file being written (writer thread)."""
 
     name: str
     directory: Path
-    buffered: list[pa.Table] = field(default_factory=list)
+    #: rows written to the partition since its last row group (caller side)
     buffered_rows: int = 0
+    #: those rows once their JSON columns are checked, waiting for the row group (writer thread)
+    checked: list[pa.Table] = field(default_factory=list)
     #: monotonic time of the oldest row not yet published (buffered or in the open file)
     oldest: float | None = None
     writer: pq.ParquetWriter | None = None
@@ -63,29 +69,42 @@ class _Partition:
 
 
 class _Worker:
-    """Runs jobs in order on one thread; remembers the first failure."""
+    """Runs jobs in order on one thread; remembers the first failure.
+
+    Row-group jobs are bounded: :meth:`submit` blocks while two wait. Other jobs (checking one batch) queue
+    freely: the rows they hold are bounded by the row group they will join.
+    """
 
     def __init__(self) -> None:
-        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=2)
+        self._jobs: queue.Queue[tuple[Callable[[], None], bool] | None] = queue.Queue()
+        self._row_group_slots = threading.Semaphore(2)
         self.failure: DataDirError | None = None
         self._thread = threading.Thread(target=self._run, name="tailcut-parquet-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
+            item = self._jobs.get()
+            if item is None:
+                self._jobs.task_done()
+                return
+            job, is_row_group = item
             try:
-                if job is None:
-                    return
                 if self.failure is None:
                     job()
             except DataDirError as exc:
                 self.failure = exc
+            except Exception as exc:  # a bug must not end the thread: the caller would wait for it forever
+                self.failure = DataDirError(f"the Parquet writer thread failed: {exc!r}")
             finally:
+                if is_row_group:
+                    self._row_group_slots.release()
                 self._jobs.task_done()
 
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
+    def submit(self, job: Callable[[], None], *, row_group: bool) -> None:
+        if row_group:
+            self._row_group_slots.acquire()
+        self._jobs.put((job, row_group))
 
     def wait(self) -> None:
         self._jobs.join()
@@ -227,10 +246,14 @@ class DataDirWriter:
         partition = self._partitions.get(key)
         if partition is None:
             partition = self._partitions[key] = _Partition(name, self.root / name / f"dt={day}")
-        partition.buffered.append(table)
         partition.buffered_rows += table.num_rows
         if partition.oldest is None:
             partition.oldest = time.monotonic()
+
+        def check() -> None:
+            partition.checked.append(readable_json(table))
+
+        self._run(check, row_group=False)
         if partition.buffered_rows >= self.row_group_rows:
             self._submit_row_group(partition, close=False)
 
@@ -240,18 +263,23 @@ class DataDirWriter:
         del self._partitions[key]
 
     def _submit_row_group(self, partition: _Partition, *, close: bool) -> None:
-        rows = pa.concat_tables(partition.buffered) if partition.buffered else None
-        partition.buffered, partition.buffered_rows = [], 0
+        partition.buffered_rows = 0
         if close:
             partition.oldest = None
 
-        def job() -> None:
+        def write() -> None:
+            rows = pa.concat_tables(partition.checked) if partition.checked else None
+            partition.checked = []
             self._write_row_group(partition, rows, close=close)
 
+        self._run(write, row_group=True)
+
+    def _run(self, job: Callable[[], None], *, row_group: bool) -> None:
+        """Run ``job`` on the writer thread (after the jobs before it), or now without one."""
         if self._worker is None:
             job()
         else:
-            self._worker.submit(job)
+            self._worker.submit(job, row_group=row_group)
 
     def _raise_failure(self) -> None:
         if self._worker is not None and self._worker.failure is not None:
@@ -262,8 +290,7 @@ class DataDirWriter:
         try:
             if rows is not None and rows.num_rows:
                 if len(rows.column("trace_id").chunks) > 1 or not _is_sorted(rows, partition.name):
-                    rows = rows.sort_by(_SORT_KEYS[partition.name])
-                rows = readable_json(rows)
+                    rows = sort_rows(rows, _SORT_KEYS[partition.name])
                 if partition.writer is None:
                     self._open_file(partition)
                 assert partition.writer is not None and partition.temporary is not None

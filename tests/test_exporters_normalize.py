@@ -346,3 +346,144 @@ def test_an_encoded_request_gives_the_same_rows_as_its_messages() -> None:
     assert normalize_otlp(encoded).equals(normalize_otlp(messages))
     with pytest.raises(BadOtlpInput, match="not valid protobuf"):
         normalize_otlp(encoded[:-7])
+
+
+# --- rows pinned to the previous implementation ----------------------------------------------------------
+ROWS = Path(__file__).parent / "fixtures" / "normalized" / "every_fixture_in_one_batch.json"
+
+
+def _plain(type_: pa.DataType) -> pa.DataType:
+    """``type_`` with timestamps as int64 nanoseconds and JSON as its string storage (exact in JSON)."""
+    if pa.types.is_timestamp(type_):
+        return pa.int64()
+    if isinstance(type_, pa.BaseExtensionType):
+        return _plain(type_.storage_type)
+    if pa.types.is_list(type_):
+        return pa.list_(type_.value_field.with_type(_plain(type_.value_type)))
+    if pa.types.is_struct(type_):
+        return pa.struct([f.with_type(_plain(f.type)) for f in type_])
+    return type_
+
+
+def plain_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Every value of ``table`` as JSON values (maps as ``[key, value]`` pairs), row by row."""
+    plain = table.cast(pa.schema([f.with_type(_plain(f.type)) for f in table.schema]))
+    return orjson.loads(orjson.dumps(plain.to_pylist()))
+
+
+def every_fixture() -> list[SpanRecord]:
+    """The spans of every convention fixture, as one batch (each fixture keeps its own resource)."""
+    return [
+        record
+        for path in sorted(FIXTURES.glob("*.json"))
+        for record in json_records(json.loads(path.read_text()))
+    ]
+
+
+def test_every_fixture_in_one_batch_gives_the_recorded_rows() -> None:
+    """Both decoders give exactly the rows the previous (row-by-row checked) implementation gave.
+
+    The recorded rows pin every column of a batch mixing all conventions, so an optimisation of the
+    array paths cannot change a value unnoticed. After an intended change to the mapping, rewrite the
+    file with ``plain_rows(normalize_otlp(to_protobuf(every_fixture())))`` and review its diff.
+    """
+    expected = json.loads(ROWS.read_text())
+    records = every_fixture()
+    assert len(expected) == len(records) == 28
+    assert plain_rows(normalize_otlp(to_protobuf(records))) == expected
+    assert plain_rows(normalize(DecodedSpans.from_records(records))) == expected
+
+
+def test_a_repeated_attribute_key_keeps_its_last_value() -> None:
+    """OTLP allows a key twice in one span (the Python SDK never sends it): the last value wins."""
+    (record,) = json_records(json.loads((FIXTURES / "unknown.json").read_text()))
+    (message,) = to_protobuf([record])
+    span = message.scope_spans[0].spans[0]
+    span.attributes.extend(
+        [
+            KeyValue(key="url.path", value=AnyValue(string_value="/later")),
+            KeyValue(key="gen_ai.request.model", value=AnyValue(string_value="m1")),
+            KeyValue(key="gen_ai.request.model", value=AnyValue(string_value="m2")),
+        ]
+    )
+    (row,) = normalize_otlp([message]).to_pylist()
+    assert dict(row["attributes"])["url.path"] == "/later"
+    assert [k for k, _ in row["attributes"]].count("url.path") == 1
+    assert row["model"] == "m2"
+
+
+ids = st.binary(min_size=8, max_size=8).filter(any)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # trace
+            ids,  # span id
+            st.integers(-1, 12),  # parent: index into the spans (-1 or out of range: a root or an orphan)
+            st.sampled_from(["root", "llm", "tool", "agent", None]),
+            st.text(max_size=20),  # name
+            st.integers(0, 2**62),  # start
+            st.integers(0, 10**9),  # duration
+            st.sampled_from(["UNSET", "OK", "ERROR"]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_wire_decoder_matches_python_decoder_on_any_span_tree(spans: list[tuple[Any, ...]]) -> None:
+    """Ids, parents (orphans, self-parents, repeated span ids), kinds, times and statuses of any tree."""
+    document = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]},
+                "scopeSpans": [{"scope": {"name": "s"}, "spans": []}],
+            }
+        ]
+    }
+    out = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    for trace, span_id, parent, kind, name, start, duration, status in spans:
+        parent_id = spans[parent][1].hex() if 0 <= parent < len(spans) else None
+        out.append(
+            {
+                "traceId": f"{trace + 1:032x}",
+                "spanId": span_id.hex(),
+                **({"parentSpanId": parent_id} if parent_id else {}),
+                "name": name,
+                "kind": 3,
+                "startTimeUnixNano": str(start),
+                "endTimeUnixNano": str(start + duration),
+                "status": {"code": ["UNSET", "OK", "ERROR"].index(status), "message": name},
+                "attributes": [{"key": "tailcut.kind", "value": {"stringValue": kind}}] if kind else [],
+            }
+        )
+    records = json_records(document)
+    assert normalize_otlp(to_protobuf(records)).equals(normalize(DecodedSpans.from_records(records)))
+
+
+def test_spans_with_all_zero_or_missing_ids_are_bad_spans() -> None:
+    (record,) = json_records(json.loads((FIXTURES / "unknown.json").read_text()))
+    (message,) = to_protobuf([record])
+    spans = message.scope_spans[0].spans
+    spans.add()  # no field at all
+    spans.add().CopyFrom(spans[0])
+    spans[2].trace_id = bytes(16)
+    problems: list[str] = []
+    table = normalize_otlp([message], on_bad_span=problems.append)
+    assert table.column("span_id").to_pylist() == [record.span_id]
+    assert [p.split(":")[0] for p in problems] == ["span 1", "span 2"]
+    with pytest.raises(BadOtlpInput, match="span 1: trace_id must be 16"):
+        normalize_otlp([message])
+
+
+@pytest.mark.parametrize(
+    ("encoded", "what"),
+    [
+        (b"\x0a\x05\x0a\x03\xff\xff\xff", "a resource"),  # ResourceSpans{resource: corrupt}
+        (b"\x0a\x07\x12\x05\x0a\x03\xff\xff\xff", "a scope"),  # ResourceSpans{ScopeSpans{scope: corrupt}}
+    ],
+)
+def test_a_corrupt_resource_or_scope_in_request_bytes_is_bad_input(encoded: bytes, what: str) -> None:
+    with pytest.raises(BadOtlpInput, match=f"^{what} is not valid protobuf"):
+        normalize_otlp(encoded)

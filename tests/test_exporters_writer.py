@@ -15,8 +15,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tailcut.exporters import DataDirError, DataDirWriter, schema
+from tailcut.exporters import DataDirError, DataDirWriter, _row_order, schema
 from tailcut.exporters._batch import EMPTY_RESOURCE, DecodedSpans, SpanRecord
 from tailcut.exporters._normalize import normalize
 from tailcut.exporters._signals import trace_rows
@@ -206,7 +208,8 @@ def test_a_writer_killed_mid_write_leaves_a_readable_data_dir(tmp_path: Path) ->
     assert query(data, "count(*)") == [(count,)]
 
 
-def test_a_payload_that_is_not_json_cannot_make_a_file_unreadable(tmp_path: Path) -> None:
+def bad_payload_table() -> pa.Table:
+    """One tool span whose payloads are not JSON (as a buggy instrumentation could send)."""
     record = SpanRecord(
         "c" * 32,
         "0000000000000001",
@@ -228,9 +231,65 @@ def test_a_payload_that_is_not_json_cannot_make_a_file_unreadable(tmp_path: Path
         EMPTY_RESOURCE,
         None,
     )
-    table = normalize(DecodedSpans.from_records([record]))
+    return normalize(DecodedSpans.from_records([record]))
+
+
+def test_a_payload_that_is_not_json_cannot_make_a_file_unreadable(tmp_path: Path) -> None:
+    table = bad_payload_table()
     assert table.column("request").to_pylist() == ['{"cut": "in the mid']  # verbatim until written
     with DataDirWriter(tmp_path) as writer:
         writer.write_spans(table)
     rows = query(tmp_path, "request::VARCHAR, response::VARCHAR, request_sha256, request->>'$'")
     assert rows == [('"{\\"cut\\": \\"in the mid"', '"NaN x"', "0" * 64, '{"cut": "in the mid')]
+
+
+def test_the_background_writer_writes_exactly_what_writing_inline_does(tmp_path: Path) -> None:
+    """Batches are checked as they arrive and sorted into row groups on the writer thread."""
+    tables = [spans_table(9), bad_payload_table(), spans_table(3), spans_table(7), spans_table(1)]
+    files = {}
+    for background in (True, False):
+        with DataDirWriter(tmp_path / str(background), row_group_rows=12, background=background) as writer:
+            for table in tables:
+                writer.write_spans(table)
+        (path,) = parts(tmp_path / str(background))
+        files[background] = pq.ParquetFile(path)
+    assert [files[b].metadata.num_row_groups for b in (True, False)] == [2, 2]  # 16 rows, then 5
+    assert files[True].read().equals(files[False].read())
+    first = files[True].read_row_group(0).select(["trace_id", "span_index", "request"]).to_pylist()
+    starts = [(r["trace_id"][-1], r["span_index"]) for r in first][::5]
+    assert starts == [("3", 0), ("7", 0), ("9", 0), ("c", 0)]
+    assert first[-1]["request"] == '"{\\"cut\\": \\"in the mid"'  # made readable JSON, in its sorted place
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 6), st.text(max_size=40)), max_size=12),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from([1, _row_order.SLICE_BYTES, 10**9]),
+)
+def test_a_row_group_is_sorted_exactly_as_sort_by_sorts_it(
+    batches: list[list[tuple]], slice_bytes: int
+) -> None:
+    """Sliced runs (large columns) and gathered columns give the rows ``Table.sort_by`` gives.
+
+    Batches come sorted, like the normaliser's, or not; runs may end at a batch's end or cross into the
+    next batch's first row, which must start a new slice.
+    """
+    columns = pa.schema({"trace_id": pa.string(), "span_index": pa.int64(), "payload": pa.string()})
+    tables = [
+        pa.table(
+            [[f"{k:02d}" for k, _ in rows], list(range(len(rows))), [text for _, text in rows]],
+            schema=columns,
+        )
+        for rows in batches
+    ]
+    table = pa.concat_tables(tables)
+    keys = [("trace_id", "ascending"), ("span_index", "ascending")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_row_order, "SLICE_BYTES", slice_bytes)
+        ordered = _row_order.sort_rows(table, keys)
+    assert ordered.equals(table.sort_by(keys))
+    assert ordered.schema == table.schema
