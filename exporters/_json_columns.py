@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -26,8 +27,6 @@ def _cursor() -> Any:
     global _connection
     with _lock:
         if _connection is None:
-            import duckdb
-
             _connection = duckdb.connect()
         return _connection.cursor()
 
