@@ -6,6 +6,7 @@ the behaviour still happens), so it travels with every result as one of three fi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Literal
 
@@ -57,3 +58,27 @@ def resolve_on_divergence(value: str | None, mode: ReplayMode) -> OnDivergence:
     if value not in ON_DIVERGENCE:
         raise ReplayError(f"on_divergence must be one of {', '.join(ON_DIVERGENCE)}; got {value!r}")
     return value  # type: ignore[return-value]
+
+
+class CrossingCounts:
+    """How many of a rerun's crossings ran live and how many were served, and what that says of it.
+
+    Mixed into the live session and its result, which both hold ``mode`` and the per-kind counts.
+    """
+
+    mode: ReplayMode
+    live_counts: Mapping[str, int]
+    served_counts: Mapping[str, int]
+
+    @property
+    def live_crossings(self) -> int:
+        return sum(self.live_counts.values())
+
+    @property
+    def served_crossings(self) -> int:
+        return sum(self.served_counts.values())
+
+    @property
+    def not_live(self) -> bool:
+        """A live rerun that made no live crossing was not live at all."""
+        return self.mode is ReplayMode.LIVE and self.live_crossings == 0

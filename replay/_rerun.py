@@ -31,12 +31,12 @@ from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.errors import CanonicalEncodingError
 from tailcut.interceptor import exception_type_name
 from tailcut.replay._divergence import DivergenceRecord
-from tailcut.replay._modes import ReplayMode
+from tailcut.replay._modes import CrossingCounts, ReplayMode
 from tailcut.replay._session import ReplayedCrossing
 
 
 @dataclass(frozen=True)
-class Rerun:
+class Rerun(CrossingCounts):
     """One rerun of a recorded run: what a check function judges.
 
     Attributes
@@ -88,19 +88,6 @@ class Rerun:
     harness_revision: str | None = None
     started_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     duration_ms: float = 0.0
-
-    @property
-    def live_crossings(self) -> int:
-        return sum(self.live_counts.values())
-
-    @property
-    def served_crossings(self) -> int:
-        return sum(self.served_counts.values())
-
-    @property
-    def not_live(self) -> bool:
-        """A live rerun that made no live crossing: it was not live."""
-        return self.mode is ReplayMode.LIVE and self.live_crossings == 0
 
     @property
     def first_divergence(self) -> DivergenceRecord | None:

@@ -61,7 +61,7 @@ from tailcut.replay._divergence import (
     request_divergence,
 )
 from tailcut.replay._matching import LiveSpec, MatchOn, MatchPolicy, Normalize, parse_live
-from tailcut.replay._modes import ReplayMode, resolve_on_divergence
+from tailcut.replay._modes import CrossingCounts, ReplayMode, resolve_on_divergence
 
 CrossingStatus = Literal["served", "live", "stopped"]
 
@@ -130,7 +130,7 @@ class _Slot:
         )
 
 
-class ReplaySession:
+class ReplaySession(CrossingCounts):
     """A replay of one recorded run; install it with :meth:`active` (or use :func:`session`).
 
     Parameters
@@ -205,19 +205,6 @@ class ReplaySession:
     def stopped_by(self) -> DivergenceRecord | None:
         """The divergence that stopped the run (``on_divergence="stop"``), if one did."""
         return self._stopped
-
-    @property
-    def live_crossings(self) -> int:
-        return sum(self.live_counts.values())
-
-    @property
-    def served_crossings(self) -> int:
-        return sum(self.served_counts.values())
-
-    @property
-    def not_live(self) -> bool:
-        """A live rerun that made no live crossing was not live at all."""
-        return self.mode is ReplayMode.LIVE and self.live_crossings == 0
 
     @property
     def spans(self) -> list[ReadableSpan]:
