@@ -16,7 +16,6 @@ as such on the span, logged once and counted; the agent's own exceptions pass th
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from tailcut import _config
 from tailcut import attributes as attr
 from tailcut._run_state import _ATTEMPT, _DEPTH, _TOOL_CALL_ID, RunState, current_run_state
-from tailcut.canonical import canonical_bytes, canonical_json, loads
+from tailcut.canonical import canonical_bytes, canonical_json, loads, sha256_hex
 from tailcut.errors import CanonicalEncodingError, Divergence
 from tailcut.interceptor import Crossing, Served, active_interceptor, exception_type_name
 from tailcut.payloads import PayloadStoreError, make_stub
@@ -87,7 +86,7 @@ def encode_payload(
         raw = b""
     if not raw:
         raw = text.encode("utf-8")
-    sha = hashlib.sha256(raw).hexdigest()
+    sha = sha256_hex(raw)
     size = len(raw)
     text_key, sha_key, size_key = _FIELD_ATTRS[field]
     attributes: dict[str, Any] = {}

@@ -36,7 +36,7 @@ import hashlib
 import json
 import pathlib
 import uuid
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -139,17 +139,33 @@ def canonical_json(value: Any) -> str:
     return canonical_bytes(value).decode("utf-8")
 
 
+#: hashlib releases the GIL to hash 2048 bytes or more at once. For a payload of a few kilobytes on an
+#: agent's thread, handing the GIL to another thread (the span exporter's, typically) and waiting to get
+#: it back costs several times the hash itself (measured: 15-20 us instead of 3-7 us per crossing of a
+#: 4 KB payload with a batch span processor running), so such payloads are fed in slices hashed with the
+#: GIL held. Beyond :data:`_HOLD_GIL_UP_TO` the hash is long enough that letting other threads run wins.
+_GIL_FREE_SLICE: Final = 2047
+_HOLD_GIL_UP_TO: Final = 256 * 1024
+
+
 def sha256_hex(data: str | bytes) -> str:
     """Hex sha256 of ``data`` (text is hashed as UTF-8): the identity of a canonical payload."""
     if isinstance(data, str):
         data = data.encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
+    size = len(data)
+    if size <= _GIL_FREE_SLICE or size > _HOLD_GIL_UP_TO:
+        return hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256()
+    view = memoryview(data)
+    for start in range(0, size, _GIL_FREE_SLICE):
+        digest.update(view[start : start + _GIL_FREE_SLICE])
+    return digest.hexdigest()
 
 
 def canonicalize(value: Any) -> tuple[str, str]:
     """Return ``(canonical_json(value), its sha256)`` in one pass."""
     raw = canonical_bytes(value)
-    return raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
+    return raw.decode("utf-8"), sha256_hex(raw)
 
 
 def loads(text: str | bytes) -> Any:

@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import hashlib
 import json
 import uuid
 
@@ -121,3 +122,15 @@ def test_encoding_rules(value, expected):
 def test_unencodable_value_names_its_type():
     with pytest.raises(CanonicalEncodingError, match="object"):
         canonical_json({"x": object()})
+
+
+SLICING_SIZES = [2046, 2047, 2048, 4094, 4095, 6000, 256 * 1024, 256 * 1024 + 1]
+
+
+@given(st.sampled_from(SLICING_SIZES), st.binary(max_size=64))
+def test_sha256_hex_is_sha256_at_every_size_it_hashes_in_slices(size: int, tail: bytes) -> None:
+    """Payloads of a few KB are hashed slice by slice (GIL held); the digest must not change."""
+    data = (tail or b"x") * (size // max(len(tail), 1) + 1)
+    data = data[:size]
+    assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
+    assert sha256_hex(data.decode("latin-1")) == hashlib.sha256(data.decode("latin-1").encode()).hexdigest()
