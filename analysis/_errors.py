@@ -35,6 +35,43 @@ class QueryError(AnalysisError, ValueError):
         self.column = column
 
 
+class DataReadError(AnalysisError, OSError):
+    """A file of the data dir that DuckDB cannot read: a damaged or partially copied Parquet file."""
+
+
+def is_data_read_error(error: Exception) -> bool:
+    """Whether a DuckDB error is about reading a file rather than about the query.
+
+    DuckDB raises an I/O or invalid-input error for a truncated file, and a bare error carrying the
+    Thrift decoder's or the Parquet reader's complaint for damaged metadata or pages.
+    """
+    import duckdb
+
+    if isinstance(error, duckdb.IOException | duckdb.InvalidInputException):
+        return True
+    text = str(error)
+    return type(error) is duckdb.Error and ("TProtocolException" in text or "arquet" in text)
+
+
+def data_read_error(error: Exception, location: str | None = None) -> DataReadError:
+    """DuckDB's file-reading error as a one-line :class:`DataReadError` that says what to do.
+
+    When DuckDB's message names no file and ``location`` (the data dir) is local, the damaged file is
+    found and named.
+    """
+    first = str(error).splitlines()[0].strip() if str(error).strip() else type(error).__name__
+    if location is not None and ".parquet" not in first:
+        from tailcut.analysis._source import damaged_file
+
+        found = damaged_file(location)
+        if found is not None:
+            first = f"{found}: {first}"
+    return DataReadError(
+        f"cannot read the data dir: {first}. tailcut never leaves a file half-written, so this one was "
+        "damaged or copied partially: move it out of the data dir and retry"
+    )
+
+
 class UnknownTraceError(AnalysisError, LookupError):
     """A trace id that is not in the data dir."""
 

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from tailcut.analysis._errors import AnalysisError, NoDataError
+from tailcut.analysis._errors import AnalysisError, NoDataError, data_read_error, is_data_read_error
 
 if TYPE_CHECKING:
     import duckdb
@@ -64,6 +64,27 @@ def ensure_remote_support(connection: duckdb.DuckDBPyConnection, location: str) 
                 f"{location}: reading a remote data dir needs DuckDB's httpfs extension, which could not "
                 f"be loaded ({first})"
             ) from None
+
+
+def damaged_file(location: str) -> str | None:
+    """The first Parquet file of a local data dir that cannot be read through, relative to it; or None.
+
+    Called only after DuckDB failed to read the data dir without naming the file (damaged metadata or
+    pages): it reads every page of every file, a full scan, on the error path only.
+    """
+    if is_remote(location):
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for table in TABLES:
+        for path in sorted(Path(location, table).glob("**/*.parquet")):
+            try:
+                for _ in pq.ParquetFile(path).iter_batches():
+                    pass
+            except (OSError, pa.ArrowException):
+                return str(path.relative_to(location))
+    return None
 
 
 def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict[str, bool]:
@@ -131,7 +152,14 @@ def create_table_view(
         f"read_parquet('{_quote(table_glob(location, table))}', hive_partitioning = true, "
         "union_by_name = true)"
     )
-    have = {row[0] for row in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+    import duckdb
+
+    try:
+        have = {row[0] for row in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+    except duckdb.Error as exc:
+        if not is_data_read_error(exc):
+            raise
+        raise data_read_error(exc, location) from None
     missing = [
         f"CAST(NULL AS {type_}) AS {name}" for name, type_ in duckdb_types(table).items() if name not in have
     ]

@@ -8,8 +8,10 @@ prints each as one line with a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -26,6 +28,29 @@ def _console(**options: Any) -> Any:
     from rich.console import Console
 
     return Console(**options)
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _reads_data(command: _Command) -> _Command:
+    """Report a data-dir file DuckDB cannot read (damaged Parquet) as one line, wherever a query hits it."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import duckdb
+
+        from tailcut.analysis._errors import data_read_error, is_data_read_error
+        from tailcut.analysis._source import normalize_location
+
+        try:
+            return command(*args, **kwargs)
+        except duckdb.Error as exc:
+            if not is_data_read_error(exc):
+                raise
+            raise data_read_error(exc, normalize_location(kwargs["data_dir"])) from None
+
+    return run  # type: ignore[return-value]
 
 
 def _open(data_dir: str) -> Any:
@@ -88,6 +113,7 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
 @click.argument("trace_id")
 @_data_option
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON instead.")
+@_reads_data
 def tree(trace_id: str, data_dir: str, as_json: bool) -> None:
     """Show trace TRACE_ID as an indented span tree.
 
@@ -116,6 +142,7 @@ def tree(trace_id: str, data_dir: str, as_json: bool) -> None:
 @click.option("--cost-z", type=float, help="Robust z of tokens or LLM calls for cost_blowup (default 6).")
 @click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
 @click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
+@_reads_data
 def classify(
     data_dir: str,
     out: str | None,
@@ -180,6 +207,7 @@ def classify(
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report."
 )
+@_reads_data
 def report(data_dir: str, html_path: str | None) -> None:
     """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
 
@@ -218,6 +246,7 @@ def _moment(text: str) -> dt.datetime:
     "--results", nargs=2, type=click.Path(dir_okay=False), metavar="A B", help="Two replay-result files."
 )
 @click.argument("values", nargs=-1)
+@_reads_data
 def compare(
     data_dir: str | None,
     column: str | None,
@@ -290,6 +319,7 @@ def compare(
     "--out", required=True, type=click.Path(file_okay=False), help="The corpus directory to create."
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
+@_reads_data
 def select(
     data_dir: str,
     categories: tuple[str, ...],

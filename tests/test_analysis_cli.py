@@ -84,6 +84,40 @@ def test_missing_and_empty_data_dirs_are_clear_errors(tmp_path):
         Dataset(tmp_path / "empty")
 
 
+def _damaged_copy(sampled, tmp_path, damage) -> tuple[str, str]:
+    """A copy of the data dir with one spans file damaged by ``damage(bytes) -> bytes``; (dir, file)."""
+    import shutil
+
+    data = tmp_path / "damaged"
+    shutil.copytree(sampled, data)
+    victim = sorted((data / "spans").glob("**/*.parquet"))[0]
+    victim.write_bytes(damage(victim.read_bytes()))
+    return str(data), str(victim.relative_to(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda raw: raw[: len(raw) // 3], id="truncated"),
+        pytest.param(
+            lambda raw: raw[:8] + bytes(b ^ 0x5A for b in raw[8:-8]) + raw[-8:], id="scrambled-inside"
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["classify"], ["report"], ["select", "--baseline", "3"]])
+def test_a_damaged_parquet_file_is_one_line_naming_it(sampled, tmp_path, damage, command):
+    data, victim = _damaged_copy(sampled, tmp_path, damage)
+    extra = ["--out", str(tmp_path / "corpus")] if command[0] == "select" else []
+    result = run(*command, "--data", data, *extra)
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: cannot read the data dir: ")
+    assert victim in line
+    assert "move it out of the data dir" in line
+    assert not (tmp_path / "corpus").exists()
+
+
 def test_query_errors_carry_duckdbs_message_and_position(sampled):
     data = Dataset(sampled)
     with pytest.raises(QueryError) as caught:
