@@ -5,17 +5,22 @@ of the **baseline slice** (the uniform ``probabilistic`` sample, chosen by trace
 reference describes ordinary traffic at its natural failure rate: the failures that the other policies
 keep in bulk never enter it. Without a ``probabilistic`` policy every trace feeds the window.
 
-A trace's score is the largest of three robust (modified) z-scores, one per measure::
+A trace's score is the largest of three robust z-scores, one per measure::
 
-    z = (x - median) / (1.4826 * MAD)
+    z = (x - median) / s,   s = max(1.4826 * MAD, (Q90 - median) / 1.2816, 0.1 * |median|, 1)
 
-(Iglewicz and Hoaglin's modified z-score; 3.5 is their suggested outlier cut-off, used by the default
-config). When the MAD is 0 (over half the window is identical) the scale falls back to
-``1.2533 * mean absolute deviation``, and to one unit (one token, one millisecond, one span) when that
-is 0 too. The score is signed, so a run below its peers on every measure scores below zero. No score is
-given (null) until the window holds ``min_window`` traces. The medians and scales are recomputed each
-time another 5% of the window has been replaced (sorting the window per trace would cost more than
-everything else the collector does for it).
+the same scale ``tailcut classify`` uses for its cost and structure rules (its ``min_relative_scale``
+defaults to the same 0.1). For normal traffic the first two terms both estimate the standard deviation,
+and the score is Iglewicz and Hoaglin's modified z-score (3.5 is their suggested outlier cut-off, used by
+the default config). Agent traffic is seldom one tight mode, though: when most runs answer in one call
+(identical span counts, near-identical tokens) the MAD is about 0 and every multi-call run would score
+in the hundreds. The Q90 term measures the spread of the upper tail instead, so a trace must lie beyond
+the reference's own ordinary variety to score high; the last two floors keep a constant reference from
+turning a one-unit difference (a token, a millisecond, a span) into a huge score. The score is signed,
+so a run below its peers on every measure scores below zero. No score is given (null) until the window
+holds ``min_window`` traces. The medians and scales are recomputed each time another 5% of the window
+has been replaced (sorting the window per trace would cost more than everything else the collector
+does for it).
 """
 
 from __future__ import annotations
@@ -24,18 +29,26 @@ import collections
 from collections.abc import Hashable, Sequence
 
 _MAD_TO_SIGMA = 1.4826
-_MEAN_AD_TO_SIGMA = 1.2533
+_Q90_TO_SIGMA = 1.2816  # the standard normal distribution's 90th percentile
+#: The smallest scale, as a fraction of the median (``tailcut classify``'s ``min_relative_scale``).
+MIN_RELATIVE_SCALE = 0.1
 
 
 def robust_location_scale(values: Sequence[float]) -> tuple[float, float]:
-    """``(median, scale)`` of ``values``, with the MAD and mean-absolute-deviation fallbacks above."""
+    """``(median, scale)`` of ``values``, the scale by the rule in the module docstring."""
     ordered = sorted(values)
     median = _median(ordered)
-    deviations = sorted(abs(value - median) for value in ordered)
-    scale = _MAD_TO_SIGMA * _median(deviations)
-    if scale == 0:
-        scale = _MEAN_AD_TO_SIGMA * sum(deviations) / len(deviations)
-    return median, scale or 1.0
+    mad = _median(sorted(abs(value - median) for value in ordered))
+    upper_spread = (_quantile(ordered, 0.9) - median) / _Q90_TO_SIGMA
+    return median, max(_MAD_TO_SIGMA * mad, upper_spread, MIN_RELATIVE_SCALE * abs(median), 1.0)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile with linear interpolation (DuckDB's ``quantile_cont``)."""
+    position = (len(ordered) - 1) * q
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 def _median(ordered: Sequence[float]) -> float:
