@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Self
 
 from tailcut.collector._confignode import Node
 from tailcut.collector._policies import LEAF_POLICIES, Policy
@@ -51,44 +52,43 @@ class _Group(Policy):
         return math.prod(member.estimate(trace, now) for member in self.members)
 
 
-class And(_Group):
+class _AllOf(_Group):
+    """A group that votes ``on_match`` when every member samples (``and``, ``drop``)."""
+
+    on_match: Decision
+    description_prefix: str
+
+    @classmethod
+    def from_config(cls, name: str, block: Node) -> Self:
+        (members_key,) = cls.config_keys
+        keys = block.mapping(cls.config_keys, required=cls.config_keys)
+        return cls(name, build_members(keys[members_key], NESTED_TYPES))
+
+    def evaluate(self, trace: TraceView, now: float) -> Vote:
+        matched, probability = self._all_sample(trace, now)
+        return Vote(self.on_match if matched else Decision.NOT_SAMPLED, probability)
+
+    @property
+    def description(self) -> str:
+        return self.description_prefix + "; ".join(member.description for member in self.members)
+
+
+class And(_AllOf):
     """Samples when every member samples."""
 
     type_name = "and"
     config_keys = ("and_sub_policy",)
-
-    @classmethod
-    def from_config(cls, name: str, block: Node) -> And:
-        keys = block.mapping(cls.config_keys, required=cls.config_keys)
-        return cls(name, build_members(keys["and_sub_policy"], NESTED_TYPES))
-
-    def evaluate(self, trace: TraceView, now: float) -> Vote:
-        sampled, probability = self._all_sample(trace, now)
-        return Vote(Decision.SAMPLED if sampled else Decision.NOT_SAMPLED, probability)
-
-    @property
-    def description(self) -> str:
-        return "all of: " + "; ".join(member.description for member in self.members)
+    on_match = Decision.SAMPLED
+    description_prefix = "all of: "
 
 
-class Drop(_Group):
+class Drop(_AllOf):
     """Drops the trace (a veto over every other policy) when every member samples."""
 
     type_name = "drop"
     config_keys = ("drop_sub_policy",)
-
-    @classmethod
-    def from_config(cls, name: str, block: Node) -> Drop:
-        keys = block.mapping(cls.config_keys, required=cls.config_keys)
-        return cls(name, build_members(keys["drop_sub_policy"], NESTED_TYPES))
-
-    def evaluate(self, trace: TraceView, now: float) -> Vote:
-        matched, probability = self._all_sample(trace, now)
-        return Vote(Decision.DROPPED if matched else Decision.NOT_SAMPLED, probability)
-
-    @property
-    def description(self) -> str:
-        return "drop when all of: " + "; ".join(member.description for member in self.members)
+    on_match = Decision.DROPPED
+    description_prefix = "drop when all of: "
 
 
 class Not(Policy):
