@@ -48,7 +48,8 @@ def _reads_data(command: _Command) -> _Command:
         except duckdb.Error as exc:
             if not is_data_read_error(exc):
                 raise
-            raise data_read_error(exc, normalize_location(kwargs["data_dir"])) from None
+            data_dir = kwargs.get("data_dir")
+            raise data_read_error(exc, normalize_location(data_dir) if data_dir else None) from None
 
     return run  # type: ignore[return-value]
 
