@@ -14,7 +14,7 @@ import datetime as dt
 import html
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -130,16 +130,18 @@ class Report:
         categories = Table(title="failure categories (population rate, 95% interval)", title_justify="left")
         categories.add_column("category")
         categories.add_column("kept traces", justify="right")
-        categories.add_column("kept, 1/π weighted (HT)")
-        categories.add_column("baseline slice")
+        weighted = _estimate_column([rate.weighted for rate in self.categories])
+        baseline = _estimate_column([rate.baseline for rate in self.categories])
+        categories.add_column(f"kept, 1/π weighted (HT){weighted.header}")
+        categories.add_column(f"baseline slice{baseline.header}")
         if self.truth is not None:
             categories.add_column("true rate", justify="right")
         for rate in self.categories:
             cells = [
                 rate.category,
                 str(rate.kept_hits),
-                str(rate.weighted) if rate.weighted else "-",
-                str(rate.baseline) if rate.baseline else "- (no baseline slice)",
+                weighted.cell(rate.weighted, "-"),
+                baseline.cell(rate.baseline, "- (no baseline slice)"),
             ]
             if self.truth is not None:
                 truth = self.truth.get(rate.category)
@@ -346,3 +348,23 @@ def build_report(dataset: Dataset, *, truth: Mapping[str, float] | None = None) 
         distributions=_distributions(dataset),
         timeline=_timeline(dataset),
     )
+
+
+@dataclass(frozen=True)
+class _EstimateColumn:
+    """How a column of estimates shows its denominator: once in the header when every row shares it."""
+
+    shared_n: bool
+    header: str
+
+    def cell(self, estimate: stats.Estimate | None, missing: str) -> str:
+        if estimate is None:
+            return missing
+        return estimate.interval() if self.shared_n else str(estimate)
+
+
+def _estimate_column(estimates: Sequence[stats.Estimate | None]) -> _EstimateColumn:
+    sizes = {estimate.n for estimate in estimates if estimate is not None}
+    if len(sizes) == 1:
+        return _EstimateColumn(True, f", n={sizes.pop()}")
+    return _EstimateColumn(False, "")

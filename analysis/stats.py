@@ -136,9 +136,13 @@ class Estimate:
     sample: Sample
     confidence: float = DEFAULT_CONFIDENCE
 
+    def interval(self) -> str:
+        """The rate and its interval without the denominator, for a table whose header carries it."""
+        return f"{self.value:.1%} [{self.low:.1%}, {self.high:.1%}]"
+
     def __str__(self) -> str:
         size = f"n={self.n}" if self.method != "hajek" else f"n={self.n}, n_eff={self.n_effective:.0f}"
-        return f"{self.value:.1%} [{self.low:.1%}, {self.high:.1%}] ({size}, {self.sample})"
+        return f"{self.interval()} ({size}, {self.sample})"
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ def test_report_terminal_and_html(sampled, tmp_path):
         "top offending boundaries",
     ):
         assert heading in result.output
-    assert "kept (1/π weighted)" in result.output and "baseline slice" in result.output
+    assert "1/π weighted (HT), n=" in result.output and "baseline slice, n=" in result.output
     page = html.read_text()
     assert page.count("<svg") == 3  # tokens and latency, category rates, decisions over time
     assert "<script" not in page and 'src="http' not in page and 'href="http' not in page  # self-contained
@@ -390,3 +390,18 @@ def test_select_per_category_caps_incidents_reproducibly(sampled, tmp_path):
     assert len(capped) <= 2 * len(categories) < len(everything)
     assert {c for trace in capped for c in trace["categories"]} == categories  # every category still shown
     assert all(trace["inclusion_probability"] < 1.0 for trace in capped)  # sampled, so pi shrinks
+
+
+def test_a_column_of_estimates_states_a_shared_denominator_once():
+    from tailcut.analysis import stats
+    from tailcut.analysis._report import _estimate_column
+
+    a = stats.proportion(3, 100, sample="baseline slice")
+    b = stats.proportion(9, 100, sample="baseline slice")
+    shared = _estimate_column([a, None, b])
+    assert shared.header == ", n=100"
+    assert shared.cell(a, "-") == "3.0% [1.0%, 8.5%]" == a.interval()
+    assert shared.cell(None, "-") == "-"
+    mixed = _estimate_column([a, stats.proportion(9, 300, sample="baseline slice")])
+    assert mixed.header == ""
+    assert mixed.cell(a, "-") == "3.0% [1.0%, 8.5%] (n=100, baseline slice)"
