@@ -337,9 +337,9 @@ def print_summary(paths: DemoPaths, result: DemoResult, console: Console) -> Non
     if example:
         lines.append(f"  tailcut tree {example} --data {paths.data}")
     lines += [
-        f"  tailcut replay {paths.incident} --agent tailcut.demo.fleet:agent_v2 --mode cut \\",
-        "      --live router:refund_guard -n 3 --check tailcut.demo.fleet:check_run \\",
-        "      --reset tailcut.demo.fleet:reset_desk",
+        f"  tailcut replay {paths.incident} --mode cut \\",
+        "      --agent tailcut.demo.fleet:agent_v2 --live router:refund_guard -n 3 \\",
+        "      --check tailcut.demo.fleet:check_run --reset tailcut.demo.fleet:reset_desk",
         f"  open {paths.report}",
     ]
-    console.print("\n".join(lines))
+    console.print("\n".join(lines), soft_wrap=True)  # commands stay whole, to copy and paste
