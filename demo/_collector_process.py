@@ -62,9 +62,7 @@ class CollectorProcess:
         return f"http://{self.http}"
 
     def start(self, timeout: float = 60.0) -> CollectorProcess:
-        # -P: the working directory may be a tailcut checkout, whose top-level `tailcut/` folder (the SDK
-        # alone) would shadow the installed package and its components.
-        command = [sys.executable, "-P", "-m", "tailcut", "collect", "--data", str(self.data_dir)]
+        command = [sys.executable, "-m", "tailcut", "collect", "--data", str(self.data_dir)]
         command += ["--http", "127.0.0.1:0", "--no-grpc", "--metrics", "127.0.0.1:0"]
         if self.config is not None:
             command += ["--config", str(self.config)]
