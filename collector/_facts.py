@@ -10,6 +10,7 @@ columns, so the signals agree with the stored rows.
 
 from __future__ import annotations
 
+from hashlib import blake2b
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tailcut import attributes as attr
@@ -57,20 +58,22 @@ _INT_TAG: Final = b"\x18"  # AnyValue.int_value
 
 
 class BufferedSpan(NamedTuple):
-    """One buffered span: its encoded bytes, where it came from, and what decision time needs of it.
+    """One buffered span: what the signals need of it, its encoded bytes and where it came from.
 
-    A tuple (created with ``tuple.__new__``) because the buffer holds one per span. Totals the signals
-    add up are kept on the trace's :class:`~tailcut.collector._signals.SignalTally` instead; a model
-    call's own numbers stay here only so a nested duplicate can be taken out again.
+    A tuple (created with ``tuple.__new__``) because the buffer holds one per span. The first eight
+    fields are those of :class:`tailcut.signals.SpanSignals`, so the buffered spans feed
+    :func:`tailcut.signals.trace_signals` as they are.
     """
 
     span_id: bytes
     parent_span_id: bytes  # b"" for a root
     kind: str
-    status: int  # OTLP status code: 0 unset, 1 ok, 2 error
+    failed: bool
+    tool_key: bytes | None  # (tool, arguments) identity of a tool's first attempt
     input_tokens: int
     output_tokens: int
     schema_violations: int
+    status: int  # OTLP status code: 0 unset, 1 ok, 2 error
     data: bytes  # the span exactly as received (encoded ``Span``)
     origin: Any  # the shared ``(resource, scope)`` it arrived under
 
@@ -101,7 +104,7 @@ def span_kind(attributes: Any) -> str:
 def buffered_span(
     span: Any, attributes: Any, span_id: bytes, parent: bytes, data: bytes, origin: Any, tally: SignalTally
 ) -> BufferedSpan:
-    """The buffer's record of a span parsed with the lazy ``SpanFacts`` type; adds it to ``tally``.
+    """The buffer's record of a span parsed with the lazy ``SpanFacts`` type; adds its times to ``tally``.
 
     ``attributes`` is ``span.attributes`` (read once by the caller: each read builds a new map view).
     """
@@ -116,32 +119,37 @@ def buffered_span(
     if end > tally.end_ns:
         tally.end_ns = end
     tally.status_mask |= 1 << status
-    if status == ERROR_STATUS:
-        tally.errors += 1
     input_tokens = output_tokens = violations = 0
+    tool_key = None
     if kind == "llm":
         raw = attributes.get(_INPUT_TOKENS)
         input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
         raw = attributes.get(_OUTPUT_TOKENS)
         output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
         violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
-        tally.llm_calls += 1
-        tally.input_tokens += input_tokens
-        tally.output_tokens += output_tokens
-        tally.schema_violations += violations
     elif kind == "tool":
         # A retry is not a new call; a non-integer attempt counts as absent.
         attempt = attributes.get(_ATTEMPT)
         if attempt is None or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
             tool = _first(attributes, _TOOL_NAME_KEYS) or span.name
-            key = len(tool).to_bytes(4, "little") + tool + (_first(attributes, _TOOL_ARGUMENT_KEYS) or b"")
-            repeats = tally.repeats
-            if repeats is None:
-                repeats = tally.repeats = {}
-            repeats[key] = repeats.get(key, 0) + 1
-            tally.tool_calls += 1
+            arguments = _first(attributes, _TOOL_ARGUMENT_KEYS) or b""
+            # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy.
+            tool_key = blake2b(len(tool).to_bytes(4, "little") + tool + arguments, digest_size=16).digest()
     return _new(
-        BufferedSpan, (span_id, parent, kind, status, input_tokens, output_tokens, violations, data, origin)
+        BufferedSpan,
+        (
+            span_id,
+            parent,
+            kind,
+            status == ERROR_STATUS,
+            tool_key,
+            input_tokens,
+            output_tokens,
+            violations,
+            status,
+            data,
+            origin,
+        ),
     )
 
 

@@ -209,13 +209,6 @@ def resolve_kind(attributes: Mapping[str, Any]) -> str:
     return "other"
 
 
-#: The kind whose nesting marks a second view of one call (see "Nested model calls" above).
-NESTED_CALL_KIND: Final = "llm"
-
-
-def is_nested_call(kind: str, parent_kind: str | None) -> bool:
-    """Whether a span is a second instrumentation's view of its parent's model call (see the docstring)."""
-    return kind == NESTED_CALL_KIND and parent_kind == NESTED_CALL_KIND
 
 
 class Source(NamedTuple):

@@ -25,7 +25,6 @@ from tailcut.exporters._conventions import (
     COLUMN_SOURCES,
     DUPLICATES,
     KIND_KEYS,
-    NESTED_CALL_KIND,
     REQUEST_TYPE_OPERATIONS,
     Source,
     resolve_kind,
@@ -34,6 +33,7 @@ from tailcut.exporters._conventions import (
 )
 from tailcut.exporters._messages import CONTENT_EVENTS, is_content_key, rebuild
 from tailcut.exporters._tree import TreeShape, tree_shape
+from tailcut.signals import NESTED_CALL_KIND
 
 _KIND_CODE: Final = {kind: code for code, kind in enumerate(attr.KINDS)}
 _KIND_NAMES: Final = np.array(attr.KINDS, dtype=object)
@@ -221,7 +221,7 @@ def _kinds(
     for span, attributes in foreign.attributes.items():
         kind[span] = _KIND_CODE[resolve_kind(attributes)]
     parent_kind = np.where(tree.parent >= 0, kind[np.maximum(tree.parent, 0)], -1)
-    kind[(kind == _NESTED) & (parent_kind == _NESTED)] = _OTHER_KIND  # see is_nested_call
+    kind[(kind == _NESTED) & (parent_kind == _NESTED)] = _OTHER_KIND  # see tailcut.signals.is_nested_call
     return kind, foreign, valid_rows
 
 

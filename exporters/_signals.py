@@ -1,19 +1,9 @@
 """Trace signals from all the spans of a trace, and the ``traces`` row built from them.
 
-The SDK computes the same signals in-process for its own spans (``tailcut._run_state``); these are the
-collector's and the writers' version, over every span of the trace whatever produced it, with the same
-semantics:
-
-* ``llm_calls``, ``total_tokens`` (input + output) and ``schema_violations`` come from ``llm`` spans; an
-  ``llm`` span directly inside another ``llm`` span is the same call seen twice and is skipped
-  (``_conventions.is_nested_call``), for errors too;
-* ``tool_calls`` counts first attempts only (a retried call counts once), and ``max_tool_repeat`` is the
-  largest number of first-attempt calls with the same (boundary, request sha256);
-* ``errors`` counts every span whose status is ERROR, every failed attempt included;
-* ``depth`` is the deepest span (a root is 0); ``span_count`` and ``orphan_count`` count every span.
-
-One difference is inherent: the SDK sees only its own process's spans, this sees them all (third-party
-spans, other processes), so ``span_count`` and ``depth`` can be larger here.
+The signals follow :mod:`tailcut.signals`, their one definition; these are the writers' (Parquet
+exporter, ``tailcut ingest``) view, over every span of the trace whatever produced it. The SDK's root span
+holds the same counts for its own process's spans only, so ``span_count`` and ``depth`` can be larger
+here (third-party spans, other processes).
 
 :class:`SpanFacts` is the little that is needed per span; :func:`facts_from_otlp` reads it from a protobuf
 span touching only the attributes it needs, :func:`facts_from_row` from a ``spans`` row.
@@ -35,7 +25,6 @@ from tailcut.exporters._conventions import (
     COLUMN_SOURCES,
     KIND_KEYS,
     first_source,
-    is_nested_call,
     operation_for,
     resolve_kind,
     synthetic_boundary,
@@ -43,6 +32,7 @@ from tailcut.exporters._conventions import (
 from tailcut.exporters._messages import tool_request_sha256
 from tailcut.exporters._wire import any_value
 from tailcut.exporters.schema import DECISION_REASONS
+from tailcut.signals import SpanSignals, trace_signals
 
 _STATUS_ERROR: Final = 2  # OTLP Status.code
 _ROOT_KEYS: Final = (
@@ -152,22 +142,6 @@ class TraceSignals:
         return attr.trace_signal_attributes(self)
 
 
-def _depths(facts: Sequence[SpanFacts], parent_of: list[int | None]) -> list[int]:
-    """Depth of each span (roots and orphans 0); a parent cycle counts from where it is entered."""
-    depth: list[int | None] = [None] * len(facts)
-    for i in range(len(facts)):
-        path = []
-        j: int | None = i
-        while j is not None and depth[j] is None and j not in path:
-            path.append(j)
-            j = parent_of[j]
-        base = -1 if j is None or depth[j] is None else depth[j]
-        for k in reversed(path):
-            base += 1
-            depth[k] = base
-    return [d or 0 for d in depth]
-
-
 def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
     """The signals of one trace from the facts of all its spans (see the module docstring).
 
@@ -183,48 +157,35 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
     spans = list(facts)
     if not spans:
         raise ValueError("compute_signals needs at least one span")
-    index: dict[str, int] = {}
-    for i, f in enumerate(spans):
-        index.setdefault(f.span_id, i)
-    parent_of: list[int | None] = []
-    orphans = 0
-    for i, f in enumerate(spans):
-        p = index.get(f.parent_span_id) if f.parent_span_id is not None else None
-        parent_of.append(None if p == i else p)
-        if f.parent_span_id is not None and parent_of[-1] is None:
-            orphans += 1
-    llm_calls = tool_calls = errors = input_tokens = output_tokens = violations = max_repeat = 0
-    repeats: dict[tuple[str, str | None], int] = {}
-    for f, p in zip(spans, parent_of, strict=True):
-        if is_nested_call(f.kind, spans[p].kind if p is not None else None):
-            continue
-        errors += f.failed
-        if f.kind == "llm":
-            llm_calls += 1
-            input_tokens += f.input_tokens
-            output_tokens += f.output_tokens
-            violations += f.schema_violations
-        elif f.kind == "tool" and f.attempt == 1:
-            tool_calls += 1
-            key = (f.boundary or "", f.request_sha256)
-            repeats[key] = repeats.get(key, 0) + 1
-            max_repeat = max(max_repeat, repeats[key])
+    counts = trace_signals(
+        SpanSignals(
+            f.span_id,
+            f.parent_span_id,
+            f.kind,
+            f.failed,
+            (f.boundary or "", f.request_sha256) if f.kind == "tool" and f.attempt == 1 else None,
+            f.input_tokens,
+            f.output_tokens,
+            f.schema_violations,
+        )
+        for f in spans
+    )
     roots = [f for f in spans if f.parent_span_id is None]
     root = min(roots, key=lambda f: (f.start_ns, f.span_id)) if roots else None
     first = min(spans, key=lambda f: (f.start_ns, f.span_id))
     named = sorted((f for f in spans if f.agent_name), key=lambda f: (f is not root, f.start_ns))
     return TraceSignals(
         trace_id=spans[0].trace_id,
-        span_count=len(spans),
-        llm_calls=llm_calls,
-        tool_calls=tool_calls,
-        errors=errors,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        max_tool_repeat=max_repeat,
-        schema_violations=violations,
-        depth=max(_depths(spans, parent_of)),
-        orphan_count=orphans,
+        span_count=counts.span_count,
+        llm_calls=counts.llm_calls,
+        tool_calls=counts.tool_calls,
+        errors=counts.errors,
+        input_tokens=counts.input_tokens,
+        output_tokens=counts.output_tokens,
+        max_tool_repeat=counts.max_tool_repeat,
+        schema_violations=counts.schema_violations,
+        depth=counts.depth,
+        orphan_count=counts.orphan_count,
         has_root=root is not None,
         start_ns=min(f.start_ns for f in spans),
         end_ns=max(f.end_ns for f in spans),

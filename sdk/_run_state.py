@@ -11,43 +11,26 @@ from __future__ import annotations
 import collections
 import contextvars
 import threading
-from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from tailcut import attributes as attr
-
-
-@dataclass(slots=True)
-class Signals:
-    """The trace signals of DESIGN.md section 2, for the spans this process recorded in one run."""
-
-    llm_calls: int = 0
-    tool_calls: int = 0
-    errors: int = 0
-    total_tokens: int = 0
-    max_tool_repeat: int = 0
-    schema_violations: int = 0
-    depth: int = 0
-    span_count: int = 1  # the root
-
-    def as_attributes(self) -> dict[str, int]:
-        return attr.trace_signal_attributes(self)
+from tailcut.signals import SignalCounter
 
 
 class RunState:
     """Counters shared by every crossing of one run; safe to use from several threads."""
 
-    __slots__ = ("_lock", "_occurrences", "_repeats", "_seq", "prompt_version", "signals")
+    __slots__ = ("_lock", "_occurrences", "_seq", "prompt_version", "signals")
 
     def __init__(self, prompt_version: str | None = None) -> None:
         #: The run's prompt version(s), copied onto every llm span (``tailcut.prompt.version``).
         self.prompt_version = prompt_version
         self._lock = threading.Lock()
         self._occurrences: dict[str, int] = {}
-        self._repeats: dict[tuple[str, str | None], int] = {}
         self._seq = 0
-        self.signals = Signals()
+        #: The run's trace signals so far; the root span counts from the start.
+        self.signals = SignalCounter()
+        self.signals.add_span(0)
 
     def next_crossing(self, boundary: str, depth: int | None = None) -> tuple[int, int]:
         """Assign ``(occurrence, seq)`` to a crossing starting now; with ``depth``, count its span too.
@@ -60,16 +43,12 @@ class RunState:
             self._occurrences[boundary] = occurrence
             self._seq += 1
             if depth is not None:
-                self.signals.span_count += 1
-                if depth > self.signals.depth:
-                    self.signals.depth = depth
+                self.signals.add_span(depth)
             return occurrence, self._seq
 
     def span_started(self, depth: int) -> None:
         with self._lock:
-            self.signals.span_count += 1
-            if depth > self.signals.depth:
-                self.signals.depth = depth
+            self.signals.add_span(depth)
 
     def span_ended(
         self,
@@ -82,26 +61,19 @@ class RunState:
         tokens: int = 0,
         schema_violations: int = 0,
     ) -> None:
-        """Fold one ended span into the signals.
+        """Fold one ended span into the signals (see :mod:`tailcut.signals` for the rules).
 
-        A retried call counts once as a tool call and once toward ``max_tool_repeat`` (its first
-        attempt), so identical retries are not mistaken for a loop; every failed attempt is an error.
+        ``tokens`` is the call's input plus output: the root records only the total.
         """
+        first_tool_attempt = kind == "tool" and attempt == 1
         with self._lock:
-            s = self.signals
-            if failed:
-                s.errors += 1
-            if kind == "llm":
-                s.llm_calls += 1
-                s.total_tokens += tokens
-                s.schema_violations += schema_violations
-            elif kind == "tool" and attempt == 1:
-                s.tool_calls += 1
-                key = (boundary or "", request_sha256)
-                count = self._repeats.get(key, 0) + 1
-                self._repeats[key] = count
-                if count > s.max_tool_repeat:
-                    s.max_tool_repeat = count
+            self.signals.add_outcome(
+                kind,
+                failed=failed,
+                tool_key=(boundary or "", request_sha256) if first_tool_attempt else None,
+                input_tokens=tokens,
+                schema_violations=schema_violations,
+            )
 
 
 _RUN: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("tailcut_run", default=None)

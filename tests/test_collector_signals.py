@@ -82,20 +82,24 @@ def attributes_for(shape: str, draw: st.DrawFn) -> dict[str, object]:
     return {"http.method": "GET"}
 
 
+TAILCUT_SHAPES = [shape for shape in SHAPES if shape.startswith("tailcut_")]
+
+
 @st.composite
-def traces(draw: st.DrawFn) -> list[Span]:
+def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) -> list[Span]:
+    """Random traces; ``whole`` ones have a root and no missing parent, as one process records them."""
     count = draw(st.integers(1, 14))
     ids = [bytes([0, 0, 0, 0, 0, 0, 1, i + 1]) for i in range(count)]
-    has_root = draw(st.booleans())
+    has_root = whole or draw(st.booleans())
     spans = []
     for i in range(count):
         if i == 0 and has_root:
             parent = b""
             attributes: dict[str, object] = {"tailcut.kind": "root", "tailcut.outcome": "fail"}
         else:
-            choice = draw(st.integers(-1, i - 1)) if i else -1
+            choice = draw(st.integers(0 if whole else -1, i - 1)) if i else -1
             parent = ids[choice] if choice >= 0 else bytes([9] * 8)  # -1: a parent that never arrives
-            attributes = attributes_for(draw(st.sampled_from(SHAPES)), draw)
+            attributes = attributes_for(draw(st.sampled_from(shapes)), draw)
         start = draw(st.integers(0, 10**9))
         spans.append(
             Span(
