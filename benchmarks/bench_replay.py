@@ -39,10 +39,10 @@ import tailcut
 from tailcut import _config, replay
 from tailcut.demo import fleet
 from tailcut.demo import support_env as env
-from tailcut.demo.model_server import ModelServer
 from tailcut.demo.support_model import support_responder
 from tailcut.exporters import ParquetSpanExporter, schema
 from tailcut.exporters.corpus import Selection, write_corpus
+from tailcut.testing import ModelServer
 
 PAYLOAD = [
     {"id": i, "title": f"Refund policy section {i}", "body": "lorem ipsum dolor " * 17} for i in range(12)

@@ -25,9 +25,9 @@ import tailcut
 from tailcut.demo import fleet
 from tailcut.demo._collector_process import CollectorProcess
 from tailcut.demo._stages import Stages
-from tailcut.demo.model_server import ModelServer
 from tailcut.demo.support_model import support_responder
 from tailcut.errors import TailcutError
+from tailcut.testing import ModelServer
 
 MARKER: Final = ".tailcut-demo"
 DEFAULT_RUNS: Final = 2000

@@ -1,7 +1,7 @@
 """The scripted "model" behind the demo fleet: a deterministic policy over the conversation so far.
 
 It stands in for a hosted model (which cannot run here) behind the loopback server of
-:mod:`tailcut.demo.model_server`. Given the same conversation it always answers the same way, so the
+:mod:`tailcut.testing`. Given the same conversation it always answers the same way, so the
 fleet's failure modes happen at exactly the rates the ticket mix sets. Each ticket kind scripts a
 realistic trajectory, including the ones that go wrong: arguments that break a tool's schema, a tool
 called again and again, a cost blowup, a confidently wrong answer, and arguments that follow the old
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tailcut.demo.model_server import ReceivedRequest, ScriptedReply, TokenUsage, ToolCall
+from tailcut.testing import ReceivedRequest, ScriptedReply, TokenUsage, ToolCall
 
 TICKET_MARKER = "TICKET "
 BLOWUP_USAGE = TokenUsage(14000, 2600)

@@ -70,8 +70,8 @@ def fleet_data(tmp_path_factory: Any) -> FleetData:
 
     import tailcut
     from tailcut.demo.fleet import MODEL_URL_ENV, run_fleet
-    from tailcut.demo.model_server import ModelServer
     from tailcut.demo.support_model import support_responder
+    from tailcut.testing import ModelServer
 
     path = tmp_path_factory.mktemp("fleet") / "data"
     provider = TracerProvider()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tailcut.demo.model_server import ModelServer
+from tailcut.testing import ModelServer
 
 #: The model server's clock in tests, so ids and timestamps in recorded responses are reproducible.
 NOW = 1_700_000_000.0

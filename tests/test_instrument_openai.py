@@ -25,10 +25,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 import tailcut
 from tailcut import attributes as attr
 from tailcut.canonical import canonical_json, sha256_hex
-from tailcut.demo.model_server import ModelServer, ScriptedError, ScriptedReply, ToolCall
 from tailcut.instrumentation.openai import OpenAIInstrumentor
 from tailcut.interceptor import Served, exception_type_name, use_interceptor
-from tailcut.testing import capture_spans
+from tailcut.testing import ModelServer, ScriptedError, ScriptedReply, ToolCall, capture_spans
 from tests.conftest import NOW
 from tests.instrument_support import ServeRecorded, events_of, request_of, response_of, run_python
 

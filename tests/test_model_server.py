@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailcut.canonical import canonical_json
-from tailcut.demo._model_render import argument_pieces, text_pieces
-from tailcut.demo.model_server import (
+from tailcut.errors import ConfigError
+from tailcut.testing import (
     ModelServer,
     ModelServerError,
     ReceivedRequest,
@@ -32,7 +32,7 @@ from tailcut.demo.model_server import (
     ToolResult,
     echo_responder,
 )
-from tailcut.errors import ConfigError
+from tailcut.testing._render import argument_pieces, text_pieces
 
 NOW = 1_700_000_000.0
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -18,8 +18,8 @@ from tailcut import replay
 from tailcut.cli import cli
 from tailcut.demo import fleet
 from tailcut.demo import support_env as env
-from tailcut.demo.model_server import ModelServer
 from tailcut.demo.support_model import support_responder
+from tailcut.testing import ModelServer
 from tests.replay_support import record_corpus
 
 TICKET = {

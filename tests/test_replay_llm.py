@@ -13,7 +13,7 @@ import pytest
 
 import tailcut
 from tailcut import replay
-from tailcut.demo.model_server import ModelServer, ScriptedError, ScriptedReply, ToolCall
+from tailcut.testing import ModelServer, ScriptedError, ScriptedReply, ToolCall
 from tests.replay_support import record_corpus
 
 NOW = 1_700_000_000.0

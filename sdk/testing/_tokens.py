@@ -1,7 +1,7 @@
 """Token counts for replies that do not script their own: a fixed function of request and reply size.
 
-No tokenizer is needed: the demo only needs counts that grow with the conversation and stay identical
-between runs, so about four characters make a token, as a rough rule for English text.
+No tokenizer is needed: tests and the demo only need counts that grow with the conversation and stay
+identical between runs, so about four characters make a token, as a rough rule for English text.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 
 from tailcut.canonical import canonical_json
-from tailcut.demo._model_request import ReceivedRequest
-from tailcut.demo._model_script import TokenUsage, ToolCall
+from tailcut.testing._request import ReceivedRequest
+from tailcut.testing._script import TokenUsage, ToolCall
 
 _CHARS_PER_TOKEN = 4
 

@@ -1,8 +1,8 @@
 """A loopback HTTP server that plays a scripted model behind the OpenAI and Anthropic APIs.
 
 The real ``openai`` and ``anthropic`` SDKs talk to it unchanged (only ``base_url`` differs), so tests of
-auto-instrumentation, replay tests and the ``tailcut demo`` fleet exercise the SDKs' own request building,
-response parsing, stream assembly, retries and typed errors. It serves:
+an agent's tests, tailcut's own instrumentation and replay tests, and the ``tailcut demo`` fleet exercise the
+SDKs' own request building, response parsing, stream assembly, retries and typed errors. It serves:
 
 =================================  =========================  =========================
 endpoint                           API                        ``ReceivedRequest.api``
@@ -40,14 +40,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, cast
 
-from tailcut.demo._model_chat import ChatCompletionsDialect
-from tailcut.demo._model_http import LOOPBACK, Answer, ModelHTTPServer
-from tailcut.demo._model_ids import IdFactory, IdSource
-from tailcut.demo._model_messages import MessagesDialect
-from tailcut.demo._model_render import Dialect, Turn, json_text
-from tailcut.demo._model_request import ReceivedRequest, ToolResult
-from tailcut.demo._model_responses import ResponsesDialect
-from tailcut.demo._model_script import (
+from tailcut.errors import TailcutError
+from tailcut.testing._chat import ChatCompletionsDialect
+from tailcut.testing._http import LOOPBACK, Answer, ModelHTTPServer
+from tailcut.testing._ids import IdFactory, IdSource
+from tailcut.testing._messages import MessagesDialect
+from tailcut.testing._render import Dialect, Turn, json_text
+from tailcut.testing._request import ReceivedRequest
+from tailcut.testing._responses import ResponsesDialect
+from tailcut.testing._script import (
     Api,
     FinishReason,
     ScriptedError,
@@ -55,24 +56,8 @@ from tailcut.demo._model_script import (
     TokenUsage,
     ToolCall,
 )
-from tailcut.demo._model_scripting import ReplyScript, Responder, echo_responder
-from tailcut.demo._model_tokens import default_usage
-from tailcut.errors import TailcutError
-
-__all__ = [
-    "Api",
-    "FinishReason",
-    "ModelServer",
-    "ModelServerError",
-    "ReceivedRequest",
-    "Responder",
-    "ScriptedError",
-    "ScriptedReply",
-    "TokenUsage",
-    "ToolCall",
-    "ToolResult",
-    "echo_responder",
-]
+from tailcut.testing._scripting import ReplyScript, Responder, echo_responder
+from tailcut.testing._tokens import default_usage
 
 _ROUTES: dict[str, Api] = {
     "/v1/chat/completions": "chat",

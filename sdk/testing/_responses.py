@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from itertools import count
 from typing import Any, ClassVar
 
-from tailcut.demo._model_ids import IdSource
-from tailcut.demo._model_openai_errors import openai_error_body
-from tailcut.demo._model_render import Turn, argument_pieces, sse, text_pieces
-from tailcut.demo._model_script import ScriptedError
+from tailcut.testing._ids import IdSource
+from tailcut.testing._openai_errors import openai_error_body
+from tailcut.testing._render import Turn, argument_pieces, sse, text_pieces
+from tailcut.testing._script import ScriptedError
 
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
 

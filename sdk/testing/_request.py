@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tailcut.demo._model_script import Api
+from tailcut.testing._script import Api
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Deterministic, realistic-looking ids (``chatcmpl-…``, ``call_…``, ``resp_…``, ``msg_01…``).
 
 An id is a hash of the server's seed, the request's canonical JSON and how many identical requests came
-before it. The demo fleet runs agents concurrently, so an arrival counter would hand out different ids
-on every run; hashing the content gives each conversation the same ids whatever the thread timing.
+before it. A fleet (the demo's, or a test's) runs agents concurrently, so an arrival counter would hand out
+different ids on every run; hashing the content gives each conversation the same ids whatever the thread
+timing.
 """
 
 from __future__ import annotations

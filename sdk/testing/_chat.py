@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from tailcut.demo._model_ids import IdSource, fingerprint
-from tailcut.demo._model_openai_errors import openai_error_body
-from tailcut.demo._model_render import Turn, argument_pieces, sse, text_pieces
-from tailcut.demo._model_script import ScriptedError, TokenUsage
+from tailcut.testing._ids import IdSource, fingerprint
+from tailcut.testing._openai_errors import openai_error_body
+from tailcut.testing._render import Turn, argument_pieces, sse, text_pieces
+from tailcut.testing._script import ScriptedError, TokenUsage
 
 
 class ChatCompletionsDialect:

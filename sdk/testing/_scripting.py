@@ -11,9 +11,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from tailcut.demo._model_request import ReceivedRequest
-from tailcut.demo._model_script import APIS, Api, ScriptedReply, check_api
 from tailcut.errors import ConfigError
+from tailcut.testing._request import ReceivedRequest
+from tailcut.testing._script import APIS, Api, ScriptedReply, check_api
 
 Responder = Callable[[ReceivedRequest], ScriptedReply]
 """Decides the reply to a request when no queued reply is left."""
@@ -24,7 +24,7 @@ def echo_responder(request: ReceivedRequest) -> ScriptedReply:
 
     Examples
     --------
-    >>> from tailcut.demo._model_request import ReceivedRequest
+    >>> from tailcut.testing._request import ReceivedRequest
     >>> body = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
     >>> echo_responder(ReceivedRequest(0, "chat", "/v1/chat/completions", {}, body, 0.0)).text
     'echo: hello there'

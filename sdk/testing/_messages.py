@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from tailcut.demo._model_ids import IdSource
-from tailcut.demo._model_render import Turn, argument_pieces, sse, text_pieces
-from tailcut.demo._model_script import ScriptedError, ToolCall
+from tailcut.testing._ids import IdSource
+from tailcut.testing._render import Turn, argument_pieces, sse, text_pieces
+from tailcut.testing._script import ScriptedError, ToolCall
 
 _STOP_REASONS = {
     "stop": "end_turn",

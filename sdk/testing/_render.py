@@ -1,7 +1,7 @@
 """What the three API dialects share: the resolved turn, how replies are cut into stream pieces, SSE framing.
 
 A dialect turns one :class:`Turn` into a JSON body or a sequence of server-sent events, and a
-:class:`~tailcut.demo._model_script.ScriptedError` into its provider's error body. Everything a turn needs
+:class:`~tailcut.testing._script.ScriptedError` into its provider's error body. Everything a turn needs
 that is not in the script (ids, time, token counts) is settled before a dialect sees it, so dialects are
 pure formatting.
 """
@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tailcut.demo._model_ids import IdSource
-from tailcut.demo._model_request import ReceivedRequest
-from tailcut.demo._model_script import FinishReason, ScriptedError, TokenUsage, ToolCall
+from tailcut.testing._ids import IdSource
+from tailcut.testing._request import ReceivedRequest
+from tailcut.testing._script import FinishReason, ScriptedError, TokenUsage, ToolCall
 
 # Split points of streamed text: each piece is one word with the whitespace before it, as tokens go.
 _TEXT_PIECE = re.compile(r"\s*\S+|\s+\Z")

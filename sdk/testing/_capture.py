@@ -1,4 +1,4 @@
-"""Test helpers that ship with tailcut: record spans in memory, without an exporter or a collector.
+"""Record tailcut spans in memory, without an exporter or a collector.
 
 Examples
 --------

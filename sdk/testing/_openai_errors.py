@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailcut.demo._model_script import ScriptedError
+from tailcut.testing._script import ScriptedError
 
 # status -> (message, type, code)
 _DEFAULTS: dict[int, tuple[str, str, str | None]] = {
