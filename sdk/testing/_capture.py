@@ -11,8 +11,10 @@ Examples
 ...     with tailcut.run("calc"):
 ...         add(1, b=2)
 3
->>> [s.attributes["tailcut.boundary"] for s in spans if s.attributes["tailcut.kind"] == "tool"]
+>>> [s.attributes["tailcut.boundary"] for s in spans.by_kind("tool")]
 ['tool:add']
+>>> len(spans.trace_id)
+32
 """
 
 from __future__ import annotations
@@ -33,13 +35,20 @@ class CapturedSpans(list[ReadableSpan]):
     """The finished spans of a :func:`capture_spans` block, oldest first, with lookup helpers."""
 
     def by_kind(self, kind: str) -> list[ReadableSpan]:
+        """The spans of one ``tailcut.kind`` (``root``, ``llm``, ``tool``, ...), oldest first."""
         return [s for s in self if (s.attributes or {}).get("tailcut.kind") == kind]
 
     def root(self) -> ReadableSpan:
+        """The one root span (a ``tailcut.run`` block); ``AssertionError`` when there is not exactly one."""
         roots = self.by_kind("root")
         if len(roots) != 1:
             raise AssertionError(f"expected one root span, found {len(roots)}")
         return roots[0]
+
+    @property
+    def trace_id(self) -> str:
+        """The trace id of :meth:`root`, as 32 hex digits: how data dirs, corpora and the CLI name a run."""
+        return format(self.root().context.trace_id, "032x")
 
 
 @contextlib.contextmanager
