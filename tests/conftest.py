@@ -1,7 +1,9 @@
-"""Fixtures shared by test modules: the scripted model server, fresh for every test."""
+"""Fixtures shared by test modules: the scripted model server, fresh for every test, and SDK clients of it."""
 
 from __future__ import annotations
 
+import anthropic
+import openai
 import pytest
 
 from tailcut.testing import ModelServer
@@ -22,3 +24,17 @@ def server(model_server):
     """The module's model server, with its queues, recorded requests and violations cleared."""
     model_server.reset()
     return model_server
+
+
+@pytest.fixture
+def oai(server):
+    """A real ``openai`` client of the ``server`` fixture (whichever the test module defines), no retries."""
+    with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def claude(server):
+    """A real ``anthropic`` client of the ``server`` fixture, no retries."""
+    with anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test", max_retries=0) as client:
+        yield client

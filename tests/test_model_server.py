@@ -45,18 +45,6 @@ def server():
         yield model_server
 
 
-@pytest.fixture
-def oai(server):
-    with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
-        yield client
-
-
-@pytest.fixture
-def claude(server):
-    with anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test", max_retries=0) as client:
-        yield client
-
-
 def chat(client, **kwargs):
     return client.chat.completions.create(model="gpt-4o-mini", messages=USER, **kwargs)
 

@@ -60,18 +60,6 @@ def server():
         yield model_server
 
 
-@pytest.fixture
-def oai(server):
-    with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
-        yield client
-
-
-@pytest.fixture
-def claude(server):
-    with anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="test", max_retries=0) as client:
-        yield client
-
-
 def openai_chat_agent(client: openai.OpenAI, *, stream: bool) -> str:
     """A Chat Completions tool loop; streamed turns are reassembled by the SDK's stream helper."""
     messages: list[dict] = [{"role": "user", "content": QUESTION}]
@@ -122,25 +110,19 @@ def anthropic_agent(client: anthropic.Anthropic, *, stream: bool) -> str:
         messages.append({"role": "user", "content": results})
 
 
+#: provider -> (its client fixture, its agent)
+AGENTS = {"openai": ("oai", openai_chat_agent), "anthropic": ("claude", anthropic_agent)}
+
+
 # -- the public surface ---------------------------------------------------------------------------
 
 
 def test_the_kit_exports_a_short_documented_surface():
-    assert tailcut.testing.__all__ == [
-        "CapturedSpans",
-        "ModelServer",
-        "ModelServerError",
-        "ReceivedRequest",
-        "Responder",
-        "ScriptedError",
-        "ScriptedReply",
-        "TokenUsage",
-        "ToolCall",
-        "ToolResult",
-        "capture_spans",
-        "echo_responder",
-    ]
-    for name in set(tailcut.testing.__all__) - {"Responder"}:  # a type alias: documented in the source
+    public = sorted(name for name in dir(tailcut.testing) if not name.startswith("_"))
+    assert sorted(tailcut.testing.__all__) == public, "every public name is in __all__, and only those"
+    assert {"ModelServer", "ScriptedReply", "Responder", "capture_spans", "CapturedSpans"} <= set(public)
+    assert len(public) <= 12
+    for name in set(public) - {"Responder"}:  # a type alias: documented in the source
         assert getattr(tailcut.testing, name).__doc__, f"tailcut.testing.{name} has no docstring"
 
 
@@ -226,28 +208,26 @@ def test_queued_replies_script_finish_reason_and_usage_exactly(server, oai):
 
 
 @pytest.mark.parametrize(
-    ("status", "exception"), [(429, openai.RateLimitError), (500, openai.InternalServerError)]
+    ("provider", "stream", "status", "exception"),
+    [
+        ("openai", False, 429, openai.RateLimitError),
+        ("openai", True, 500, openai.InternalServerError),
+        ("anthropic", False, 500, anthropic.InternalServerError),
+        ("anthropic", True, 429, anthropic.RateLimitError),
+    ],
 )
-def test_an_error_status_reaches_the_openai_agent_as_the_sdks_exception(server, oai, status, exception):
+def test_an_error_status_reaches_the_agent_as_the_sdks_exception(
+    request, server, provider, stream, status, exception
+):
+    client_fixture, agent = AGENTS[provider]
+    client = request.getfixturevalue(client_fixture)
     server.enqueue(ScriptedReply(error=status))
 
     with pytest.raises(exception) as caught:
-        openai_chat_agent(oai, stream=False)
+        agent(client, stream=stream)
 
     assert caught.value.status_code == status
     assert server.request_count == 1
-
-
-@pytest.mark.parametrize(
-    ("status", "exception"), [(429, anthropic.RateLimitError), (500, anthropic.InternalServerError)]
-)
-def test_an_error_status_reaches_the_anthropic_agent_as_the_sdks_exception(server, claude, status, exception):
-    server.enqueue(ScriptedReply(error=status))
-
-    with pytest.raises(exception) as caught:
-        anthropic_agent(claude, stream=True)
-
-    assert caught.value.status_code == status
 
 
 def test_a_retrying_sdk_gets_the_next_reply_after_a_rate_limit(server):
