@@ -338,10 +338,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="recorded reruns per incident")
     args = parser.parse_args()
 
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp,
-        ModelServer(responder=support_responder, clock=lambda: 1_700_000_000.0) as server,
-    ):
+    server = ModelServer(responder=support_responder, clock=lambda: 1_700_000_000.0)
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp, server:
         workdir = Path(tmp)
         os.environ[fleet.MODEL_URL_ENV] = server.openai_base_url
         crossing_cost(workdir, args.crossings, args.rounds)

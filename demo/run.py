@@ -295,7 +295,8 @@ def run_demo(options: DemoOptions, console: Console) -> DemoResult:
     paths = prepare_out(options.out)
     stages = Stages(console)
     result = DemoResult(paths)
-    with ModelServer(responder=support_responder) as server:
+    server = ModelServer(responder=support_responder)
+    with server:
         run_fleet_stage(options, paths, stages, result, server)
         dataset = analyse_stage(options, paths, stages, result)
         try:

@@ -79,7 +79,8 @@ def fleet_data(tmp_path_factory: Any) -> FleetData:
     previous = _config.install(_config.Config(enabled=True, tracer=provider.get_tracer("fleet")))
     old_url = os.environ.get(MODEL_URL_ENV)
     try:
-        with ModelServer(responder=support_responder) as server:
+        server = ModelServer(responder=support_responder)
+        with server:
             os.environ[MODEL_URL_ENV] = server.openai_base_url
             tailcut.instrument_openai()
             try:

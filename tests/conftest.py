@@ -15,7 +15,8 @@ NOW = 1_700_000_000.0
 @pytest.fixture(scope="module")
 def model_server():
     """One scripted model server per test module (starting one per test would be slow)."""
-    with ModelServer(clock=lambda: NOW) as server:
+    server = ModelServer(clock=lambda: NOW)
+    with server:
         yield server
 
 

@@ -128,7 +128,8 @@ def test_recorded_response_is_the_providers_raw_body(server, claude):
     with capture_spans() as spans:
         create(claude, tools=TOOLS)
 
-    with ModelServer(clock=lambda: NOW) as twin:  # same seed and clock: byte-identical replies
+    twin = ModelServer(clock=lambda: NOW)
+    with twin:  # same seed and clock: byte-identical replies
         twin.enqueue(reply)
         raw = httpx2.post(f"{twin.base_url}/v1/messages", json=server.requests[0].body).json()
 

@@ -136,7 +136,8 @@ def test_recorded_response_is_the_providers_raw_body(server, oai, api):
             oai.responses.create(model="gpt-4o-mini", input="Weather?", tools=RESPONSES_TOOLS)
     sent = server.requests[0]
 
-    with ModelServer(clock=lambda: NOW) as twin:  # same seed and clock: byte-identical replies
+    twin = ModelServer(clock=lambda: NOW)
+    with twin:  # same seed and clock: byte-identical replies
         twin.enqueue(reply)
         raw = httpx2.post(f"{twin.base_url}{sent.path}", json=sent.body).json()
 

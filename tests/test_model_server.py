@@ -41,7 +41,8 @@ WEATHER = ToolCall("get_weather", {"city": "Paris", "unit": "celsius", "days": [
 
 @pytest.fixture
 def server():
-    with ModelServer(clock=lambda: NOW) as model_server:
+    model_server = ModelServer(clock=lambda: NOW)
+    with model_server:
         yield model_server
 
 
@@ -606,8 +607,8 @@ def test_default_usage_follows_request_and_reply_size(server, oai):
 def test_ids_depend_on_seed_content_and_repetition_not_on_timing():
     def ids(seed, prompts):
         with (
-            ModelServer(seed=seed) as server,
-            openai.OpenAI(base_url=server.openai_base_url, api_key="t", max_retries=0) as client,
+            ModelServer(seed=seed) as base_url,
+            openai.OpenAI(base_url=base_url, api_key="t", max_retries=0) as client,
         ):
             return [
                 client.chat.completions.create(model="m", messages=[{"role": "user", "content": p}]).id
@@ -627,7 +628,8 @@ def test_a_fixed_clock_makes_responses_byte_identical_between_servers():
     body = {"model": "m", "messages": USER, "max_tokens": 9, "stream": True}
 
     def wire() -> list[bytes]:
-        with ModelServer(clock=lambda: NOW) as server:
+        server = ModelServer(clock=lambda: NOW)
+        with server:
             server.enqueue(ScriptedReply(text="Same words.", tool_calls=[WEATHER]))
             streamed = httpx2.post(f"{server.base_url}/v1/messages", json=body).content
             plain = httpx2.post(
@@ -665,9 +667,10 @@ def test_forbid_answers_500_once_and_records_the_violation(server):
 
 
 def test_fail_on_request_from_the_start():
+    server = ModelServer(fail_on_request=True)
     with (
-        ModelServer(fail_on_request=True) as server,
-        anthropic.Anthropic(base_url=server.anthropic_base_url, api_key="t", max_retries=0) as client,
+        server as base_url,
+        anthropic.Anthropic(base_url=base_url, api_key="t", max_retries=0) as client,
     ):
         server.enqueue(ScriptedReply(text="not served"))
         with pytest.raises(anthropic.InternalServerError):

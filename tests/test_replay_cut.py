@@ -46,7 +46,8 @@ agent_benign = functools.partial(fleet.handle_ticket, revision="v1", guard=equiv
 
 @pytest.fixture(scope="module")
 def server():
-    with ModelServer(responder=support_responder, clock=lambda: 1_700_000_000.0) as model_server:
+    model_server = ModelServer(responder=support_responder, clock=lambda: 1_700_000_000.0)
+    with model_server:
         yield model_server
 
 

@@ -110,7 +110,8 @@ AGENTS = {"openai": openai_agent, "anthropic": anthropic_agent}
 
 @pytest.fixture(scope="module")
 def server():
-    with ModelServer(clock=lambda: NOW) as model_server:
+    model_server = ModelServer(clock=lambda: NOW)
+    with model_server:
         yield model_server
 
 

@@ -56,7 +56,8 @@ def answer_from_tool_result(request: ReceivedRequest) -> ScriptedReply:
 
 @pytest.fixture
 def server():
-    with ModelServer(responder=answer_from_tool_result) as model_server:
+    model_server = ModelServer(responder=answer_from_tool_result)
+    with model_server:
         yield model_server
 
 
@@ -139,7 +140,8 @@ def test_importing_the_kit_stays_light_and_import_tailcut_does_not_load_it():
 
 
 def test_the_context_manager_serves_on_loopback_and_stops_on_exit():
-    with ModelServer() as server:
+    server = ModelServer()
+    with server:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", server.base_url)
         assert server.openai_base_url == server.base_url + "/v1"
         # Any HTTP client will do: here the standard library's, with no SDK at all.
@@ -302,3 +304,15 @@ def test_a_responder_that_fails_is_a_500_the_agent_sees_and_the_test_can_read(se
 
     (error,) = server.responder_errors
     assert isinstance(error, KeyError)
+
+
+def test_the_context_manager_yields_one_base_url_both_sdks_take():
+    with ModelServer() as base_url:
+        assert base_url.startswith("http://127.0.0.1:")
+        with openai.OpenAI(base_url=base_url, api_key="t", max_retries=0) as client:
+            chat = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        with anthropic.Anthropic(base_url=base_url, api_key="t", max_retries=0) as claude:
+            message = claude.messages.create(
+                model="claude-x", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert chat.choices[0].message.content and message.content[0].text

@@ -15,10 +15,11 @@ Examples
 --------
 >>> import openai
 >>> from tailcut.testing import ModelServer, ScriptedReply
->>> with ModelServer() as server:
-...     server.enqueue(ScriptedReply(tool_calls=[("lookup", {"city": "Paris"})]))
-...     server.responder = lambda request: ScriptedReply(text=f"It says {request.tool_results[0].content}.")
-...     with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
+>>> server = ModelServer()
+>>> server.enqueue(ScriptedReply(tool_calls=[("lookup", {"city": "Paris"})]))
+>>> server.responder = lambda request: ScriptedReply(text=f"It says {request.tool_results[0].content}.")
+>>> with server as base_url:
+...     with openai.OpenAI(base_url=base_url, api_key="test", max_retries=0) as client:
 ...         messages = [{"role": "user", "content": "Weather in Paris?"}]
 ...         first = client.chat.completions.create(model="m", messages=messages)
 ...         call = first.choices[0].message.tool_calls[0]

@@ -20,9 +20,10 @@ no network call.
 Examples
 --------
 >>> import openai
->>> with ModelServer() as server:
-...     server.enqueue(ScriptedReply(text="Paris."))
-...     client = openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0)
+>>> server = ModelServer()
+>>> server.enqueue(ScriptedReply(text="Paris."))
+>>> with server as base_url:  # one base_url for openai and anthropic alike
+...     client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
 ...     reply = client.chat.completions.create(
 ...         model="gpt-4o-mini", messages=[{"role": "user", "content": "Capital of France?"}]
 ...     )
@@ -59,10 +60,12 @@ from tailcut.testing._script import (
 from tailcut.testing._scripting import ReplyScript, Responder, echo_responder
 from tailcut.testing._tokens import default_usage
 
+#: Each API with and without the ``/v1`` prefix, so the one ``base_url`` serves both SDKs: ``openai``
+#: posts to ``{base_url}/chat/completions``, ``anthropic`` to ``{base_url}/v1/messages``.
 _ROUTES: dict[str, Api] = {
-    "/v1/chat/completions": "chat",
-    "/v1/responses": "responses",
-    "/v1/messages": "messages",
+    prefix + path: api
+    for path, api in (("/chat/completions", "chat"), ("/responses", "responses"), ("/messages", "messages"))
+    for prefix in ("", "/v1")
 }
 _DIALECTS: dict[Api, Dialect] = {
     "chat": ChatCompletionsDialect(),
@@ -158,8 +161,12 @@ class ModelServer:
         thread.join()
         self._http = self._thread = None
 
-    def __enter__(self) -> Self:
-        return self.start()
+    def __enter__(self) -> str:
+        """Start serving and return :attr:`base_url`, which both ``openai`` and ``anthropic`` take as is.
+
+        Keep the server object to script it: ``server = ModelServer(); with server as base_url: ...``.
+        """
+        return self.start().base_url
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
@@ -173,7 +180,7 @@ class ModelServer:
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
+        """``http://127.0.0.1:PORT``: the ``base_url`` for ``openai.OpenAI`` and ``anthropic.Anthropic``."""
         return f"http://{LOOPBACK}:{self.port}"
 
     @property
