@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlencode
 
 from tailcut.analysis import stats
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
@@ -82,6 +83,9 @@ class Report:
         ``{"tokens"|"duration_ms": {"tail-kept"|"baseline slice": [values]}}`` for the plots.
     timeline : list of tuple
         ``(bucket start, kept, dropped)`` over the decision times.
+    incidents : list of tuple
+        ``(category, trace_id, first span id, boundary)`` of a few traces per category, the ones the
+        HTML report links to in the trace viewer (``tailcut ui``) when given its URL.
     """
 
     location: str
@@ -95,6 +99,7 @@ class Report:
     truth: Mapping[str, float] | None = None
     distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     timeline: list[tuple[dt.datetime, int, int]] = field(default_factory=list)
+    incidents: list[tuple[str, str, str | None, str]] = field(default_factory=list)
 
     # --- terminal ------------------------------------------------------------------------------------------
     def render_terminal(self, console: Console) -> None:
@@ -169,10 +174,12 @@ class Report:
         return tables
 
     # --- HTML ----------------------------------------------------------------------------------------------
-    def write_html(self, path: str | os.PathLike[str]) -> Path:
+    def write_html(self, path: str | os.PathLike[str], *, ui_url: str | None = None) -> Path:
         """Write the report as one self-contained HTML file (tables and inline SVG plots); returns its path.
 
-        The file is written to a temporary name beside ``path`` and renamed, so a failure leaves nothing.
+        With ``ui_url`` (where ``tailcut ui`` serves this data dir) the report links each category, each
+        offending boundary and a few traces per category to the viewer. The file is written to a
+        temporary name beside ``path`` and renamed, so a failure leaves nothing.
         """
         from rich.console import Console
 
@@ -197,7 +204,8 @@ class Report:
             "section{margin:2em 0}svg{max-width:100%;height:auto}pre{font-size:12px}</style></head><body>"
             f"<h1>tailcut report</h1><p>{html.escape(self.location)}; generated "
             f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC</p>"
-            f"<section><h2>Tables</h2>{tables_html}</section>{body}</body></html>\n"
+            f"<section><h2>Tables</h2>{tables_html}</section>{body}"
+            f"{self._viewer_links(ui_url) if ui_url else ''}</body></html>\n"
         )
         target = Path(path)
         temporary = target.with_name(f".{target.name}.tmp")
@@ -208,6 +216,42 @@ class Report:
             temporary.unlink(missing_ok=True)
             raise
         return target
+
+    def _viewer_links(self, ui_url: str) -> str:
+        """A section linking categories, boundaries and incident traces to the trace viewer at ``ui_url``."""
+        base = ui_url.rstrip("/")
+
+        def link(path: str, text: str) -> str:
+            return f"<a href='{html.escape(base + path, quote=True)}'>{html.escape(text)}</a>"
+
+        items = []
+        for category in sorted({c for c, *_ in self.incidents}):
+            traces = ", ".join(
+                link(f"/traces/{t}" + (f"?span={s}" if s else ""), f"{t[:12]}… ({where})")
+                for c, t, s, where in self.incidents
+                if c == category
+            )
+            items.append(f"<li>{link('/?' + urlencode({'category': category}), category)}: {traces}</li>")
+        boundaries = ", ".join(
+            link("/?" + urlencode({"boundary": row.label}), row.label)
+            for row in self.boundaries
+            if row.label != "(trace)"
+        )
+        return (
+            f"<section><h2>In the trace viewer</h2><p>{link('/', base)}</p><ul>{''.join(items)}</ul>"
+            f"<p>Offending boundaries: {boundaries or 'none'}</p></section>"
+        )
+
+
+def _incidents(dataset: Dataset, per_category: int = 5) -> list[tuple[str, str, str | None, str]]:
+    """A few findings per category, most confident first: (category, trace, first span, boundary)."""
+    rows = dataset.connection.execute(
+        "SELECT category, trace_id, span_id, coalesce(boundary, span_name, '(trace)') FROM findings "
+        "QUALIFY row_number() OVER (PARTITION BY category ORDER BY confidence DESC, trace_id) <= ? "
+        "ORDER BY category, trace_id",
+        [per_category],
+    ).fetchall()
+    return [(str(c), str(t), s, str(b)) for c, t, s, b in rows]
 
 
 def _one(dataset: Dataset, query: str) -> tuple[Any, ...]:
@@ -347,6 +391,7 @@ def build_report(dataset: Dataset, *, truth: Mapping[str, float] | None = None) 
         truth=truth,
         distributions=_distributions(dataset),
         timeline=_timeline(dataset),
+        incidents=_incidents(dataset),
     )
 
 

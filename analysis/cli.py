@@ -208,21 +208,29 @@ def classify(
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report."
 )
+@click.option(
+    "--ui-url",
+    metavar="URL",
+    help="Where `tailcut ui` serves this data dir: the HTML report links traces and boundaries to it.",
+)
 @_reads_data
-def report(data_dir: str, html_path: str | None) -> None:
+def report(data_dir: str, html_path: str | None, ui_url: str | None) -> None:
     """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
 
     Failure-category rates are shown twice: over kept traces weighted by 1/π (Horvitz–Thompson) and
     from the baseline slice. --html adds plots (tokens and latency, rates with intervals, decisions over
-    time) as inline SVG. Python twin: tailcut.analysis.build_report.
+    time) as inline SVG; with --ui-url its traces and boundaries link to the trace viewer. Python twin:
+    tailcut.analysis.build_report.
     """
     from tailcut.analysis._report import build_report
 
+    if ui_url is not None and html_path is None:
+        raise click.UsageError("--ui-url adds links to the HTML report: give --html FILE too")
     result = build_report(_open(data_dir))
     console = _console()
     result.render_terminal(console)
     if html_path is not None:
-        console.print(f"wrote {result.write_html(html_path)}")
+        console.print(f"wrote {result.write_html(html_path, ui_url=ui_url)}")
 
 
 # -------------------------------------------------------------------------------------------------- compare
