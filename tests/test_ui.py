@@ -52,6 +52,8 @@ def test_openai_request_and_response_render_as_messages_and_tool_calls():
         )
     )
     assert [m.role for m in request] == ["system", "user", "tool"]
+    with_tools = readable(_request([{"role": "user", "content": "hi"}], [{"function": {"name": "lookup"}}]))
+    assert with_tools[-1].role == "tools" and with_tools[-1].texts == ["lookup"]
     assert request[1].texts == ["where is 7?"]
     assert request[2].tool_result_id == "c1"
     assert json.loads(request[2].tool_result) == {"status": "shipped"}
@@ -341,6 +343,14 @@ def test_with_a_token_every_request_needs_it(viewer):
     first = client.get("/", params={"token": "s3cret"})
     assert first.status_code == 200 and first.cookies.get(COOKIE) == "s3cret"
     assert client.get(f"/traces/{TRACE}").status_code == 200  # the cookie carries it from now on
+
+
+def test_a_loopback_viewer_answers_only_to_loopback_host_names(viewer):
+    from tailcut.ui._auth import LOOPBACK_HOSTS
+
+    client = TestClient(create_app(viewer, allowed_hosts=LOOPBACK_HOSTS))
+    assert client.get("/", headers={"Host": "127.0.0.1:8765"}).status_code == 200
+    assert client.get("/", headers={"Host": "attacker.example"}).status_code == 400
 
 
 def test_loopback_hosts():

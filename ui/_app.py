@@ -16,11 +16,14 @@ Routes (all ``GET``, the app is read-only):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 import jinja2
+from markupsafe import escape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -60,8 +63,13 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def create_app(viewer: Viewer, *, token: str | None = None) -> Starlette:
+def create_app(
+    viewer: Viewer, *, token: str | None = None, allowed_hosts: Sequence[str] | None = None
+) -> Starlette:
     """The web app over ``viewer``; every request needs ``token`` when one is given.
+
+    ``allowed_hosts`` limits the ``Host`` header a request may carry (``tailcut ui`` on loopback without a
+    token allows only loopback names, so a web page cannot reach the viewer by rebinding a domain name).
 
     Examples
     --------
@@ -160,9 +168,7 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> Starlette:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
             return await not_found(request, exc)
-        return HTMLResponse(
-            f"<p>{exc.status_code}: {jinja2.utils.markupsafe.escape(exc.detail)}</p>", exc.status_code
-        )
+        return HTMLResponse(f"<p>{exc.status_code}: {escape(exc.detail)}</p>", exc.status_code)
 
     routes = [
         Route("/", traces),
@@ -179,4 +185,6 @@ def create_app(viewer: Viewer, *, token: str | None = None) -> Starlette:
     )
     if token:
         app.add_middleware(TokenMiddleware, token=token)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     return app

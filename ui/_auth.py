@@ -16,6 +16,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 COOKIE: Final = "tailcut_ui_token"
+#: The ``Host`` names a loopback viewer answers to.
+LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 def is_loopback(host: str) -> bool:

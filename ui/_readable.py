@@ -9,6 +9,8 @@ A boundary payload is canonical JSON in one of a few shapes; :func:`readable` tu
   ``tool_result``, and a response's own ``content`` blocks;
 - the OpenTelemetry GenAI shape that ingest normalises third-party spans to (``{"role", "parts"}``).
 
+A request's tool definitions come last, as one ``tools`` item (the schemas the model was shown).
+
 Anything else (a tool's arguments or result, a retriever's documents) is one ``json`` item, formatted.
 """
 
@@ -123,6 +125,18 @@ def _message(raw: Any) -> Message:
     return message
 
 
+def _tools(tools: Any) -> list[Message]:
+    """The tool definitions a request offered, as one ``tools`` item: their names, and the JSON."""
+    if not isinstance(tools, list) or not tools:
+        return []
+    names = []
+    for tool in tools:
+        if isinstance(tool, dict):
+            function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            names.append(str(function.get("name", "?")))
+    return [Message(role="tools", texts=[", ".join(names)], json=pretty(tools))]
+
+
 def _is_messages(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
 
@@ -143,7 +157,7 @@ def readable(text: str | None) -> list[Message]:
             _blocks(message, system)
             messages.append(message)
         if _is_messages(value.get("messages")):
-            return messages + [_message(m) for m in value["messages"]]
+            return messages + [_message(m) for m in value["messages"]] + _tools(value.get("tools"))
         choices = value.get("choices")
         if isinstance(choices, list) and choices and all(isinstance(c, dict) for c in choices):
             return [_message(c.get("message") or c.get("delta") or c) for c in choices]

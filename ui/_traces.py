@@ -19,9 +19,9 @@ from tailcut.ui._errors import BadRequest
 PAGE_SIZE: Final = 50
 #: Sort keys of the URL → the SQL expression they order by (cost is not recorded by any span, so absent).
 SORTS: Final = {
-    "start": "t.start_time",
-    "duration": "t.duration_ms",
-    "tokens": "(t.input_tokens + t.output_tokens)",
+    "start": "start_time",
+    "duration": "duration_ms",
+    "tokens": "(input_tokens + output_tokens)",
 }
 #: Filters given as exact text values of a ``traces`` column.
 COLUMN_FILTERS: Final = {
@@ -135,25 +135,34 @@ def where_clause(filters: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
 
 
 def page_sql(query: TraceQuery) -> tuple[str, dict[str, Any]]:
-    """The one query of a traces page: its rows plus, on every row, the matches' count, kept and Σ 1/π."""
+    """The one query of a traces page: its rows plus, on every row, the matches' count, kept and Σ 1/π.
+
+    The totals come from an aggregate over the filtered rows, joined to the page (a window aggregate
+    over every match would make DuckDB carry all their columns to the sort instead of keeping a top-N),
+    and each page row's finding categories are looked up after the page is cut.
+    """
     where, params = where_clause(query.filters)
     direction = "DESC" if query.descending else "ASC"
+    order = f"{SORTS[query.sort]} {direction} NULLS LAST, trace_id"
     params["limit"] = PAGE_SIZE
     params["offset"] = (query.page - 1) * PAGE_SIZE
     sql = f"""
-        SELECT t.trace_id, t.start_time, t.duration_ms, t.span_count, t.error_count,
-               t.input_tokens + t.output_tokens AS tokens, t.outcome, t.kept, t.baseline,
-               t.inclusion_probability, t.policies, t.decision_reason, t.harness_revision,
-               t.prompt_version, t.service_name, t.root_name,
+        WITH matched AS (SELECT * FROM traces t WHERE {where}),
+        totals AS (
+            SELECT count(*) AS matched, count(*) FILTER (WHERE kept) AS matched_kept,
+                   sum(1.0 / inclusion_probability) FILTER (WHERE kept) AS matched_weight
+            FROM matched
+        ),
+        page AS (SELECT * FROM matched p ORDER BY {order} LIMIT $limit OFFSET $offset)
+        SELECT p.trace_id, p.start_time, p.duration_ms, p.span_count, p.error_count,
+               p.input_tokens + p.output_tokens AS tokens, p.outcome, p.kept, p.baseline,
+               p.inclusion_probability, p.policies, p.decision_reason, p.harness_revision,
+               p.prompt_version, p.service_name, p.root_name,
                (SELECT list(DISTINCT f.category ORDER BY f.category) FROM findings f
-                WHERE f.trace_id = t.trace_id) AS categories,
-               count(*) OVER () AS matched,
-               count(*) FILTER (WHERE t.kept) OVER () AS matched_kept,
-               sum(1.0 / t.inclusion_probability) FILTER (WHERE t.kept) OVER () AS matched_weight
-        FROM traces t
-        WHERE {where}
-        ORDER BY {SORTS[query.sort]} {direction} NULLS LAST, t.trace_id
-        LIMIT $limit OFFSET $offset
+                WHERE f.trace_id = p.trace_id) AS categories,
+               totals.matched, totals.matched_kept, totals.matched_weight
+        FROM page p, totals
+        ORDER BY {order}
     """
     return sql, params
 

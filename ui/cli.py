@@ -76,7 +76,7 @@ def ui(
     import uvicorn
 
     from tailcut.ui._app import create_app
-    from tailcut.ui._auth import is_loopback
+    from tailcut.ui._auth import LOOPBACK_HOSTS, is_loopback
     from tailcut.ui._viewer import Viewer
 
     if not is_loopback(host) and not token:
@@ -93,7 +93,9 @@ def ui(
     )
     click.echo(_url(host, bound, token), nl=True)
     click.echo("press Ctrl-C to stop", err=True)
-    config = uvicorn.Config(create_app(viewer, token=token), log_level="warning", access_log=False)
+    hosts = LOOPBACK_HOSTS if is_loopback(host) and not token else None
+    app = create_app(viewer, token=token, allowed_hosts=hosts)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     try:
         uvicorn.Server(config).run(sockets=[listener])
     finally:
