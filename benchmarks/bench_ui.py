@@ -9,6 +9,7 @@ connection with the same SQL and parameters. Run::
 
     python benchmarks/bench_ui.py                 # ~1M spans
     python benchmarks/bench_ui.py --spans 100000  # a quick run
+    python benchmarks/bench_ui.py --keep /tmp/ui-bench   # build once, reuse on the next run
 """
 
 from __future__ import annotations
@@ -96,13 +97,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spans", type=int, default=1_000_000, help="spans to generate (default 1M)")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (median)")
+    parser.add_argument(
+        "--keep", type=Path, help="build the data dir here, or reuse the one an earlier run built there"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch) / "data"
-        start = time.perf_counter()
-        traces, spans = build(path, options.spans)
-        add_big_trace(path)
-        print(f"built {spans + 200:,} spans in {traces + 1:,} traces in {time.perf_counter() - start:.1f} s")
+        path = options.keep or Path(scratch) / "data"
+        if (path / "traces").is_dir():
+            print(f"reusing the data dir at {path}")
+        else:
+            start = time.perf_counter()
+            traces, spans = build(path, options.spans)
+            add_big_trace(path)
+            print(
+                f"built {spans + 200:,} spans in {traces + 1:,} traces in {time.perf_counter() - start:.1f} s"
+            )
         start = time.perf_counter()
         viewer = Viewer(path)
         print(f"viewer opened (classification included) in {time.perf_counter() - start:.1f} s")
