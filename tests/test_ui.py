@@ -301,6 +301,13 @@ def test_the_traces_page_counts_kept_of_seen_and_filters(client):
     assert DROPPED in kept.text and f"/traces/{TRACE}" not in kept.text
     assert "0 kept of 1 seen" in kept.text
     assert client.get("/", params={"sort": "cost"}).status_code == 400
+    assert f"/traces/{TRACE}" in client.get("/", params={"q": "AAAA"}).text  # part of the id, any case
+    assert "No trace matches" in client.get("/", params={"q": "bbbb"}).text
+    assert "No trace matches" in client.get("/", params={"since": "2100-01-01"}).text
+    assert f"/traces/{TRACE}" in client.get("/", params={"until": "2100-01-01", "policy": "errors"}).text
+    assert DROPPED in client.get("/", params={"policy": "(none)"}).text
+    past_the_end = client.get("/", params={"page": "9"})
+    assert past_the_end.status_code == 200 and "of 2 · page 9 of 1" in past_the_end.text
 
 
 def test_a_span_detail_marks_the_argument_and_defers_an_offloaded_payload(client, viewer):

@@ -169,6 +169,13 @@ def test_from_a_failure_category_to_the_argument_that_broke_the_schema(server, p
     for i in range(rows.count()):
         assert "schema_violation" in rows.nth(i).inner_text()
     shot(page, "1-traces-schema-violation")
+    page.click("table.traces thead a:has-text('tokens')")
+    page.wait_for_url(re.compile(r"sort=tokens"))
+    tokens = [
+        int(t.replace(",", "")) for t in page.locator("table.traces tbody td:nth-child(4)").all_inner_texts()
+    ]
+    assert tokens == sorted(tokens, reverse=True) and len(tokens) == rows.count()
+    assert "category=schema_violation" in page.url  # sorting keeps the filters
 
     rows.first.locator("a.trace-link").click()
     page.wait_for_url(re.compile(r"/traces/[0-9a-f]{32}$"))
