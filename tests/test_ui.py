@@ -376,3 +376,22 @@ def test_the_cli_refuses_a_reachable_host_without_a_token_and_a_bad_results_file
     assert "Traceback" not in bad.output
     nodata = runner.invoke(cli, ["ui", "--data", str(tmp_path / "none")])
     assert nodata.exit_code == 1 and "Traceback" not in nodata.output
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # the plots of a two-trace data dir
+def test_the_html_report_links_its_traces_and_boundaries_to_the_viewer(data, tmp_path):
+    out = tmp_path / "report.html"
+    runner = CliRunner()
+    done = runner.invoke(
+        cli, ["report", "--data", str(data), "--html", str(out), "--ui-url", "http://127.0.0.1:8765/"]
+    )
+    assert done.exit_code == 0, done.output
+    html = out.read_text()
+    assert f"href='http://127.0.0.1:8765/traces/{TRACE}?span={'2' * 16}'" in html
+    assert "href='http://127.0.0.1:8765/?category=schema_violation'" in html
+    assert "href='http://127.0.0.1:8765/?boundary=llm%3Aopenai.chat'" in html
+    without = runner.invoke(cli, ["report", "--data", str(data), "--ui-url", "http://127.0.0.1:8765/"])
+    assert without.exit_code == 2 and "give --html FILE too" in without.output
+    plain = tmp_path / "plain.html"
+    assert runner.invoke(cli, ["report", "--data", str(data), "--html", str(plain)]).exit_code == 0
+    assert "trace viewer" not in plain.read_text()
