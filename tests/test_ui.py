@@ -168,7 +168,8 @@ def test_a_unified_diff_is_aligned_side_by_side():
 def test_bad_parameters_are_refused_naming_the_choices():
     for params, message in (
         ({"sort": "cost"}, "sort must be one of start, duration, tokens"),
-        ({"page": "0"}, "page must be at least 1"),
+        ({"page": "0"}, "page must be between 1 and 10,000,000"),
+        ({"page": "10000001"}, "page must be between 1 and 10,000,000"),
         ({"page": "x"}, "page must be a whole number"),
         ({"kept": "maybe"}, "kept must be yes or no"),
         ({"since": "yesterday"}, "since must be an ISO 8601 time"),
@@ -395,3 +396,16 @@ def test_the_html_report_links_its_traces_and_boundaries_to_the_viewer(data, tmp
     plain = tmp_path / "plain.html"
     assert runner.invoke(cli, ["report", "--data", str(data), "--html", str(plain)]).exit_code == 0
     assert "trace viewer" not in plain.read_text()
+
+
+def test_a_damaged_file_in_the_data_dir_is_one_line_not_a_traceback(data, tmp_path):
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(data, damaged)
+    (next((damaged / "spans").iterdir()) / "part-zzzz.parquet").write_bytes(
+        b"PAR1 this is not a parquet file"
+    )
+    done = CliRunner().invoke(cli, ["ui", "--data", str(damaged), "--port", "0"])
+    assert done.exit_code == 1 and "Traceback" not in done.output
+    assert "part-zzzz.parquet" in done.output

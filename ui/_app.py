@@ -89,9 +89,7 @@ def create_app(
 
     def traces(request: Request) -> Response:
         query = _traces.TraceQuery.from_params(request.query_params)
-        return page(
-            request, "traces.html", result=viewer.traces_page(query), query=query, sorts=_traces.SORTS
-        )
+        return page(request, "traces.html", result=viewer.traces_page(query), query=query)
 
     def trace(request: Request) -> Response:
         trace_id = request.path_params["trace_id"].lower()
@@ -164,6 +162,10 @@ def create_app(
     async def bad_request(request: Request, exc: Exception) -> Response:
         return page(request, "400.html", status=400, message=str(exc))
 
+    async def server_error(request: Request, exc: Exception) -> Response:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return page(request, "400.html", status=500, message=f"{type(exc).__name__}: {first_line}")
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
@@ -181,7 +183,12 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        exception_handlers={NotFound: not_found, BadRequest: bad_request, HTTPException: http_error},
+        exception_handlers={
+            NotFound: not_found,
+            BadRequest: bad_request,
+            HTTPException: http_error,
+            Exception: server_error,
+        },
     )
     if token:
         app.add_middleware(TokenMiddleware, token=token)

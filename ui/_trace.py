@@ -58,10 +58,6 @@ class TraceView:
     findings: list[dict[str, Any]]
     duration_ms: float
 
-    @property
-    def kept(self) -> bool:
-        return bool(self.spans) or bool(self.row and self.row["kept"])
-
 
 def timeline(spans: list[dict[str, Any]], findings: list[dict[str, Any]]) -> tuple[list[TimelineSpan], float]:
     """Waterfall positions of ``spans`` (pre-order) and each finding attached to its first span."""

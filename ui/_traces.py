@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 from tailcut.ui._errors import BadRequest
 
 PAGE_SIZE: Final = 50
+MAX_PAGE: Final = 10_000_000
 #: Sort keys of the URL → the SQL expression they order by (cost is not recorded by any span, so absent).
 SORTS: Final = {
     "start": "start_time",
@@ -72,8 +73,8 @@ class TraceQuery:
             page = int(params.get("page", "1"))
         except ValueError:
             raise BadRequest(f"page must be a whole number, got {params.get('page')!r}") from None
-        if page < 1:
-            raise BadRequest(f"page must be at least 1, got {page}")
+        if not 1 <= page <= MAX_PAGE:
+            raise BadRequest(f"page must be between 1 and {MAX_PAGE:,}, got {page}")
         return cls(filters, sort, order == "desc", page)
 
     def url(self, **changes: Any) -> str:
