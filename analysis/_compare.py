@@ -1,9 +1,12 @@
 """Regression comparison: failure rates of two groups of traces, each verdict with its intervals.
 
 Two groups of one data dir (two values of a ``traces`` column, such as two harness revisions, or two time
-windows) are compared per failure category with :func:`tailcut.analysis.stats.compare_groups`: the
-baseline slice decides ``regression``/``improvement``; a difference seen only among tail-kept traces is
-``confined to tail sample``. The 1/π-weighted (Horvitz–Thompson) rate of each group is reported beside them.
+windows) are compared per failure category with :func:`tailcut.analysis._verdict.compare_groups`: the
+population rates (policy-kept failures counted against every trace seen, the rest estimated from the
+uniform baseline slice; 1/π-weighted, Horvitz–Thompson with N known) decide ``regression`` and
+``improvement``, with Holm's adjustment across the six categories so the family-wise false-alarm rate is
+5%; a difference seen only among tail-kept traces is ``confined to tail sample``. The baseline-slice and
+tail-kept differences are reported beside the population one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import AnalysisError
 from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
+from tailcut.analysis._records import difference_record
+from tailcut.analysis._verdict import ADJUSTMENT, Verdict, compare_groups
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,9 +34,24 @@ class CategoryComparison:
     """One category in both groups: the verdict (with both intervals) and each group's 1/π-weighted rate."""
 
     category: str
-    verdict: stats.Verdict
+    verdict: Verdict
     first: CategoryRate
     second: CategoryRate
+
+    def to_record(self) -> dict[str, Any]:
+        """The category's verdict, p-values and the three differences B − A (see ``_records``)."""
+        verdict = self.verdict
+        return {
+            "category": self.category,
+            "verdict": verdict.label,
+            "reason": verdict.reason,
+            "p_value": verdict.p_value,
+            "adjusted_p_value": verdict.adjusted_p_value,
+            "confidence": verdict.confidence,
+            "population": difference_record(verdict.population),
+            "baseline": difference_record(verdict.baseline),
+            "tail": difference_record(verdict.tail),
+        }
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,31 @@ class Comparison:
     first_traces: int
     second_traces: int
     categories: list[CategoryComparison]
+    #: one minus the family-wise error rate the verdicts hold
+    confidence: float = stats.DEFAULT_CONFIDENCE
+
+    def labels(self) -> set[str]:
+        """The verdict labels that occur (``tailcut compare --fail-on`` checks these)."""
+        return {row.verdict.label for row in self.categories}
+
+    def to_record(self) -> dict[str, Any]:
+        """The comparison as the JSON of ``tailcut compare --format json`` (keys in the README)."""
+        return {
+            "kind": "groups",
+            "description": self.description,
+            "a": {"label": self.first_label, "traces": self.first_traces},
+            "b": {"label": self.second_label, "traces": self.second_traces},
+            "family": {
+                "method": ADJUSTMENT,
+                "error_rate": round(1 - self.confidence, 12),
+                "tests": len(self.categories),
+            },
+            "categories": [row.to_record() for row in self.categories],
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One record per category (the rows of ``--format csv``)."""
+        return [row.to_record() for row in self.categories]
 
     def render_terminal(self, console: Console) -> None:
         """Print the comparison as a rich table: verdict, both intervals and their denominators."""
@@ -65,15 +110,17 @@ class Comparison:
         table = Table(title=f"compare {self.description}", title_justify="left")
         table.add_column("category")
         table.add_column("verdict")
-        table.add_column(f"population (1/π weighted)\n{b} − {a} [95%]\n(rate {a} → {b})")
-        table.add_column(f"baseline slice\n{b} − {a} [95%]\n(hits/traces {a} → {b})")
-        table.add_column(f"tail-kept\n{b} − {a} [95%]\n(hits/traces {a} → {b})")
+        table.add_column("verdict level\n(Holm)", justify="right")
+        table.add_column(f"population (1/π weighted)\n{b} − {a}\n(rate {a} → {b})")
+        table.add_column(f"baseline slice\n{b} − {a}\n(hits/traces {a} → {b})")
+        table.add_column(f"tail-kept\n{b} − {a}\n(hits/traces {a} → {b})")
         styles = {"regression": "bold red", "improvement": "green", "confined to tail sample": "yellow"}
         for row in self.categories:
             verdict = row.verdict
             table.add_row(
                 row.category,
                 f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]",
+                f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}",
                 _difference_cell(verdict.population, rates=True) if verdict.population else "-",
                 _difference_cell(verdict.baseline),
                 _difference_cell(verdict.tail),
@@ -83,7 +130,9 @@ class Comparison:
             f"kept traces: {a} {self.first_traces}, {b} {self.second_traces}. Verdicts rest on the "
             "population estimate (policy-kept failures counted against every trace seen, the rest "
             "from the uniform baseline slice); a change seen only among tail-kept traces is "
-            "'confined to tail sample'."
+            f"'confined to tail sample'. Family-wise error rate {1 - self.confidence:.0%} over "
+            f"{len(self.categories)} categories (Holm): each row's intervals are at its Holm level, "
+            "p is Holm-adjusted."
         )
 
 
@@ -96,6 +145,12 @@ def _difference_cell(difference: stats.Difference, *, rates: bool = False) -> st
         below = f"{before.successes:.0f}/{before.n} → {after.successes:.0f}/{after.n}"
     low, high = difference.low * 100, difference.high * 100
     return f"{difference.value * 100:+.1f} pp [{low:+.1f}, {high:+.1f}]\n{below}"
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2g}" if value >= 1e-4 else "<0.0001"
 
 
 def _compare(
@@ -113,7 +168,7 @@ def _compare(
             )
         if not counts.tail_n:
             raise AnalysisError(f"group {label!r} has no tail-kept traces; nothing to compare them with")
-    verdicts = stats.compare_groups(
+    verdicts = compare_groups(
         {c: first.counts(c) for c in CATEGORIES}, {c: second.counts(c) for c in CATEGORIES}
     )
     rows = [CategoryComparison(c, verdicts[c], first.rate(c), second.rate(c)) for c in CATEGORIES]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._verdict import GroupCounts, PopulationSample
 
 if TYPE_CHECKING:
     from tailcut.analysis._dataset import Dataset
@@ -68,28 +69,24 @@ class GroupSample:
     def size(self) -> int:
         return len(self.inclusion_probability)
 
-    def counts(self, category: str) -> stats.GroupCounts:
-        """One category's baseline-slice and tail-kept counts and population rate (a verdict's inputs)."""
+    def counts(self, category: str) -> GroupCounts:
+        """One category's baseline-slice and tail-kept counts and population sample (a verdict's inputs)."""
         hits = self.hits[category]
-        return stats.GroupCounts(
+        return GroupCounts(
             baseline_hits=sum(h for h, b in zip(hits, self.baseline, strict=True) if b),
             baseline_n=sum(self.baseline),
             tail_hits=sum(h for h, t in zip(hits, self.tail, strict=True) if t),
             tail_n=sum(self.tail),
-            population=self._weighted(category),
+            population=PopulationSample(hits, self.inclusion_probability, self.population)
+            if self.size
+            else None,
         )
-
-    def _weighted(self, category: str) -> stats.Estimate | None:
-        if not self.size:
-            return None
-        hits = [float(h) for h in self.hits[category]]
-        return stats.horvitz_thompson_proportion(hits, self.inclusion_probability, self.population)
 
     def rate(self, category: str) -> CategoryRate:
         """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
         counts = self.counts(category)
-        weighted = counts.population
+        weighted = counts.population.estimate() if counts.population is not None else None
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
             if counts.baseline_n

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 
 from tailcut.analysis import stats
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
+from tailcut.analysis._records import estimate_record, value_record
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -100,6 +101,56 @@ class Report:
     distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     timeline: list[tuple[dt.datetime, int, int]] = field(default_factory=list)
     incidents: list[tuple[str, str, str | None, str]] = field(default_factory=list)
+
+    # --- records -------------------------------------------------------------------------------------------
+    def to_record(self) -> dict[str, Any]:
+        """The report as the JSON of ``tailcut report --format json`` (keys in the README)."""
+        t = self.traffic
+        return {
+            "location": self.location,
+            "traffic": {
+                "seen": t.seen,
+                "kept": t.kept,
+                "dropped": t.dropped,
+                "baseline": t.baseline,
+                "baseline_kept": t.baseline_kept,
+                "tail_kept": t.tail_kept,
+                "spans": t.spans,
+            },
+            "decisions": {
+                "by_reason": [
+                    {"reason": r.label, "traces": r.count, "kept": int(r.weighted)} for r in self.reasons
+                ],
+                "by_policy": [
+                    {"policy": r.label, "traces": r.count, "kept": int(r.weighted)} for r in self.policies
+                ],
+            },
+            "categories": self.rows(),
+            "population": [
+                {
+                    "quantity": name,
+                    "estimate": estimate_record(e) if isinstance(e, stats.Estimate) else value_record(e),
+                }
+                for name, e in self.population
+            ],
+            "layers": [_finding_record("layer", row) for row in self.layers],
+            "boundaries": [_finding_record("boundary", row) for row in self.boundaries],
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One record per failure category (the rows of ``--format csv``)."""
+        rows = []
+        for rate in self.categories:
+            row: dict[str, Any] = {
+                "category": rate.category,
+                "kept_hits": rate.kept_hits,
+                "weighted": estimate_record(rate.weighted),
+                "baseline": estimate_record(rate.baseline),
+            }
+            if self.truth is not None:
+                row["truth"] = self.truth.get(rate.category)
+            rows.append(row)
+        return rows
 
     # --- terminal ------------------------------------------------------------------------------------------
     def render_terminal(self, console: Console) -> None:
@@ -252,6 +303,16 @@ def _incidents(dataset: Dataset, per_category: int = 5) -> list[tuple[str, str, 
         [per_category],
     ).fetchall()
     return [(str(c), str(t), s, str(b)) for c, t, s, b in rows]
+
+
+def _finding_record(key: str, row: CountRow) -> dict[str, Any]:
+    categories = [c for c in row.detail.split(", ") if c]
+    return {
+        key: row.label,
+        "findings": row.count,
+        "traces_represented": row.weighted,
+        "categories": categories,
+    }
 
 
 def _one(dataset: Dataset, query: str) -> tuple[Any, ...]:

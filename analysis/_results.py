@@ -7,8 +7,8 @@ with its rate elsewhere). Traces present in both files are paired, so changes ar
 test, and the change in failure rate gets Newcombe's paired interval. The incident corpus (``baseline``
 false) and the baseline slice (``baseline`` true) are reported side by side, since only the slice is a
 uniform sample of the traffic; a 1/π-weighted (Hájek) pass rate over all paired traces is given beside
-them. The verdict applies the rule of :func:`tailcut.analysis.stats.compare_groups` to the paired
-intervals of failure rate (B − A).
+them. The verdict applies the rule of :func:`tailcut.analysis._verdict.decide` to the paired
+intervals of failure rate (B − A): one test, so no multiple-comparison adjustment.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tailcut.analysis import stats
 from tailcut.analysis._errors import ResultsFileError
+from tailcut.analysis._records import difference_record, estimate_record
+from tailcut.analysis._verdict import Verdict, decide
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,6 +71,18 @@ class PairedChange:
     def broken(self) -> int:
         return self.test.first_only
 
+    def to_record(self) -> dict[str, Any]:
+        """Pass rates under A and B, fixed and broken counts, McNemar's p and the fail-rate change."""
+        return {
+            "sample": self.sample,
+            "pass_a": estimate_record(self.first),
+            "pass_b": estimate_record(self.second),
+            "fixed": self.fixed,
+            "broken": self.broken,
+            "mcnemar_exact_p": self.test.exact_p_value,
+            "fail_rate_change": difference_record(self.change),
+        }
+
 
 @dataclass(frozen=True)
 class ResultsComparison:
@@ -81,10 +95,41 @@ class ResultsComparison:
     incidents: PairedChange | None
     baseline: PairedChange | None
     weighted: tuple[stats.Estimate, stats.Estimate]
-    verdict: stats.Verdict | None
+    verdict: Verdict | None
     by_category: list[tuple[str, PairedChange]]
     unpaired: int
     modes: tuple[str, ...]
+
+    def labels(self) -> set[str]:
+        """The verdict label, if there is a verdict (``tailcut compare --fail-on`` checks it)."""
+        return {self.verdict.label} if self.verdict is not None else set()
+
+    def to_record(self) -> dict[str, Any]:
+        """The comparison as the JSON of ``tailcut compare --results --format json`` (keys in the README)."""
+        verdict = self.verdict
+        return {
+            "kind": "results",
+            "a": {"label": self.first_label, "path": str(self.first_path)},
+            "b": {"label": self.second_label, "path": str(self.second_path)},
+            "modes": list(self.modes),
+            "unpaired": self.unpaired,
+            "samples": self.rows()[: sum(p is not None for p in (self.incidents, self.baseline))],
+            "by_category": [{"category": c, **p.to_record()} for c, p in self.by_category],
+            "weighted_pass": {"a": estimate_record(self.weighted[0]), "b": estimate_record(self.weighted[1])},
+            "verdict": None
+            if verdict is None
+            else {
+                "verdict": verdict.label,
+                "reason": verdict.reason,
+                "baseline": difference_record(verdict.baseline),
+                "incidents": difference_record(verdict.tail),
+            },
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The incident corpus, the baseline slice, then each category (the rows of ``--format csv``)."""
+        samples = [p.to_record() for p in (self.incidents, self.baseline) if p is not None]
+        return samples + [p.to_record() for _, p in self.by_category]
 
     def render_terminal(self, console: Console) -> None:
         """Print both samples, the per-category changes and the verdict with its intervals."""
@@ -223,8 +268,8 @@ def compare_results(first: str | os.PathLike[str], second: str | os.PathLike[str
     )
     verdict = None
     if incidents is not None and baseline is not None:
-        label, reason = stats._verdict(baseline.change, incidents.change)
-        verdict = stats.Verdict("replay failure", label, baseline.change, incidents.change, reason)
+        label, reason = decide(baseline.change, incidents.change)
+        verdict = Verdict("replay failure", label, baseline.change, incidents.change, reason)
     categories = sorted({a.category for a, _ in pairs if a.category and not a.baseline})
     by_category = []
     for category in categories:

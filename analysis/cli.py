@@ -24,6 +24,28 @@ _data_option = click.option(
 )
 
 
+_report_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="table for people; json (one object, keys in the README) or csv (one row per item) for machines.",
+)
+
+
+def _emit(fmt: str, record: Any, rows: Any) -> None:
+    """Print ``record`` as JSON or ``rows`` as CSV (``--format json|csv``)."""
+    import orjson
+
+    from tailcut.analysis._records import to_csv
+
+    if fmt == "json":
+        click.echo(orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+    else:
+        click.echo(to_csv(rows), nl=False)
+
+
 def _console(**options: Any) -> Any:
     from rich.console import Console
 
@@ -143,11 +165,13 @@ def tree(trace_id: str, data_dir: str, as_json: bool) -> None:
 @click.option("--cost-z", type=float, help="Robust z of tokens or LLM calls for cost_blowup (default 6).")
 @click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
 @click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
+@_report_format_option
 @_reads_data
 def classify(
     data_dir: str,
     out: str | None,
     show: int,
+    fmt: str,
     loop_min_repeats: int | None,
     cost_z: float | None,
     score_threshold: float | None,
@@ -156,12 +180,13 @@ def classify(
     """Find failure categories in the kept traces: first span, harness layer, evidence.
 
     Categories: error, schema_violation, schema_drift, tool_loop, cost_blowup, silent_degradation.
-    Python twin: tailcut.analysis.classify (the rule table is in its docstring).
+    --format json prints {kept_traces, summary, findings}; csv prints every finding. Python twin:
+    tailcut.analysis.classify (the rule table is in its docstring).
     """
     from rich.table import Table
 
     from tailcut.analysis._classify import Thresholds
-    from tailcut.analysis._output import write_file
+    from tailcut.analysis._output import to_csv, to_rows, write_file
 
     changes = {
         "loop_min_repeats": loop_min_repeats,
@@ -178,6 +203,24 @@ def classify(
         "FROM findings GROUP BY 1 ORDER BY 2 DESC, 1"
     )
     (kept,) = dataset.connection.execute("SELECT count(DISTINCT trace_id) FROM spans").fetchall()[0]
+    if out is not None:
+        out_fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
+        write_file(findings.to_arrow(), out, out_fmt)  # type: ignore[arg-type]
+        click.echo(f"wrote {len(findings)} findings to {out}", err=fmt != "table")
+    if fmt == "csv":
+        click.echo(to_csv(findings.to_arrow()).decode(), nl=False)
+        return
+    if fmt == "json":
+        summary_rows = [
+            {**row, "layers": row["layers"].split(", ") if row["layers"] else []}
+            for row in summary.to_pylist()
+        ]
+        _emit(
+            "json",
+            {"kept_traces": kept, "summary": summary_rows, "findings": to_rows(findings.to_arrow())},
+            [],
+        )
+        return
     table = Table(title=f"findings in {kept} kept traces", title_justify="left")
     for column in ("category", "findings", "layers"):
         table.add_column(column)
@@ -194,10 +237,6 @@ def classify(
         listing.add_row(row["trace_id"], row["category"], where, row["layer"], row["evidence"])
     if show and len(findings):
         console.print(listing)
-    if out is not None:
-        fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
-        write_file(findings.to_arrow(), out, fmt)  # type: ignore[arg-type]
-        console.print(f"wrote {len(findings)} findings to {out}")
 
 
 # --------------------------------------------------------------------------------------------------- report
@@ -213,13 +252,15 @@ def classify(
     metavar="URL",
     help="Where `tailcut ui` serves this data dir: the HTML report links traces and boundaries to it.",
 )
+@_report_format_option
 @_reads_data
-def report(data_dir: str, html_path: str | None, ui_url: str | None) -> None:
+def report(data_dir: str, html_path: str | None, ui_url: str | None, fmt: str) -> None:
     """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
 
     Failure-category rates are shown twice: over kept traces weighted by 1/π (Horvitz–Thompson) and
     from the baseline slice. --html adds plots (tokens and latency, rates with intervals, decisions over
-    time) as inline SVG; with --ui-url its traces and boundaries link to the trace viewer. Python twin:
+    time) as inline SVG; with --ui-url its traces and boundaries link to the trace viewer. --format json
+    prints the whole report as one object, csv the category rates. Python twin:
     tailcut.analysis.build_report.
     """
     from tailcut.analysis._report import build_report
@@ -227,10 +268,12 @@ def report(data_dir: str, html_path: str | None, ui_url: str | None) -> None:
     if ui_url is not None and html_path is None:
         raise click.UsageError("--ui-url adds links to the HTML report: give --html FILE too")
     result = build_report(_open(data_dir))
-    console = _console()
-    result.render_terminal(console)
+    if fmt == "table":
+        result.render_terminal(_console())
+    else:
+        _emit(fmt, result.to_record(), result.rows())
     if html_path is not None:
-        console.print(f"wrote {result.write_html(html_path, ui_url=ui_url)}")
+        click.echo(f"wrote {result.write_html(html_path, ui_url=ui_url)}", err=fmt != "table")
 
 
 # -------------------------------------------------------------------------------------------------- compare
@@ -241,6 +284,19 @@ def _moment(text: str) -> dt.datetime:
         return dt.datetime.fromisoformat(text)
     except ValueError:
         raise click.BadParameter(f"{text!r} is not an ISO 8601 time, e.g. 2026-11-29T10:00") from None
+
+
+def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> frozenset[str]:
+    """``--fail-on`` labels: repeatable, each a comma-separated list of verdict labels."""
+    from tailcut.analysis._verdict import VERDICT_LABELS
+
+    labels = {label.strip() for value in values for label in value.split(",") if label.strip()}
+    unknown = sorted(labels - set(VERDICT_LABELS))
+    if unknown:
+        raise click.BadParameter(
+            f"unknown verdict {', '.join(map(repr, unknown))}; choose from {', '.join(VERDICT_LABELS)}"
+        )
+    return frozenset(labels)
 
 
 @click.command()
@@ -254,6 +310,15 @@ def _moment(text: str) -> dt.datetime:
 @click.option(
     "--results", nargs=2, type=click.Path(dir_okay=False), metavar="A B", help="Two replay-result files."
 )
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    metavar="LABELS",
+    callback=_fail_on,
+    help="Exit 1 when any verdict is one of these labels (comma-separated or repeated), e.g. regression.",
+)
+@_report_format_option
 @click.argument("values", nargs=-1)
 @_reads_data
 def compare(
@@ -261,6 +326,8 @@ def compare(
     column: str | None,
     windows: tuple[tuple[str, str], ...],
     results: tuple[str, str] | None,
+    fail_on: frozenset[str],
+    fmt: str,
     values: tuple[str, ...],
 ) -> None:
     """Compare failure rates of two groups, with a verdict and its intervals per category.
@@ -269,24 +336,45 @@ def compare(
       tailcut compare --data DIR --by harness_revision v1 v2
       tailcut compare --data DIR --window 2026-11-01 2026-11-08 --window 2026-11-08 2026-11-15
       tailcut compare --results before.parquet after.parquet
+      tailcut compare --data DIR --by harness_revision v1 v2 --fail-on regression --format json
 
-    Verdicts: regression / improvement (the baseline slice's interval excludes 0), confined to tail
-    sample (only the tail-kept interval does), no evidence. Python twins: tailcut.analysis.compare_by,
+    Verdicts: regression / improvement (the population estimate's interval excludes 0: policy-kept
+    failures counted against every trace seen, the rest from the baseline slice), confined to tail
+    sample (only the tail-kept interval does), no evidence. The six categories are one family: Holm's
+    method holds the chance of any false regression or improvement at 5%. --fail-on regression exits 1
+    when a category's verdict is regression (for CI). Python twins: tailcut.analysis.compare_by,
     compare_windows, compare_results.
     """
+    comparison = _comparison(data_dir, column, windows, results, values)
+    if fmt == "table":
+        comparison.render_terminal(_console())
+    else:
+        _emit(fmt, comparison.to_record(), comparison.rows())
+    failed = sorted(comparison.labels() & fail_on)
+    if failed:
+        click.echo(f"tailcut compare: failing on verdict {', '.join(failed)} (--fail-on)", err=True)
+        sys.exit(1)
+
+
+def _comparison(
+    data_dir: str | None,
+    column: str | None,
+    windows: tuple[tuple[str, str], ...],
+    results: tuple[str, str] | None,
+    values: tuple[str, ...],
+) -> Any:
+    """The comparison that ``tailcut compare``'s options ask for."""
     modes = [bool(column), bool(windows), bool(results)]
     if sum(modes) != 1:
         raise click.UsageError(
             "give exactly one of --by COLUMN A B, --window START END (twice), --results A B"
         )
-    console = _console()
     if results:
         from tailcut.analysis._results import compare_results
 
         if values:
             raise click.UsageError("--results takes its two files; no further arguments")
-        compare_results(*results).render_terminal(console)
-        return
+        return compare_results(*results)
     if data_dir is None:
         raise click.UsageError("--by and --window need --data DIR")
     from tailcut.analysis._compare import compare_by, compare_windows
@@ -294,12 +382,11 @@ def compare(
     if column:
         if len(values) != 2:
             raise click.UsageError(f"--by {column} needs two values to compare, e.g. --by {column} v1 v2")
-        compare_by(_open(data_dir), column, values[0], values[1]).render_terminal(console)
-        return
+        return compare_by(_open(data_dir), column, values[0], values[1])
     if len(windows) != 2 or values:
         raise click.UsageError("--window takes START END and must be given exactly twice")
     first, second = ((_moment(s), _moment(e)) for s, e in windows)
-    compare_windows(_open(data_dir), first, second).render_terminal(console)
+    return compare_windows(_open(data_dir), first, second)
 
 
 # --------------------------------------------------------------------------------------------------- select
@@ -328,6 +415,7 @@ def compare(
     "--out", required=True, type=click.Path(file_okay=False), help="The corpus directory to create."
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
+@_report_format_option
 @_reads_data
 def select(
     data_dir: str,
@@ -339,12 +427,14 @@ def select(
     per_category: int | None,
     out: str,
     overwrite: bool,
+    fmt: str,
 ) -> None:
     """Select incidents plus a stratified baseline sample into a replay corpus.
 
     Every kept trace with a finding of the chosen categories (the incident corpus) plus BASELINE traces
     drawn uniformly from the baseline slice, proportionally per stratum; the manifest says why each trace
-    is there and its inclusion probability. The same seed gives the same selection. Python twin:
+    is there and its inclusion probability. The same seed gives the same selection. --format json
+    prints the counts and every selected trace, csv the selected traces. Python twin:
     tailcut.analysis.select_corpus.
     """
     from tailcut.analysis._select import select_corpus
@@ -361,6 +451,21 @@ def select(
         overwrite=overwrite,
     )
     summary = chosen.summary
+    if fmt != "table":
+        selections = [_selection_record(s) for s in chosen.selections]
+        record = {
+            "path": str(summary.path),
+            "traces": summary.runs,
+            "incidents": chosen.incidents,
+            "baseline": chosen.baseline,
+            "baseline_requested": baseline,
+            "envelopes": summary.envelopes,
+            "not_replayable": dict(summary.not_replayable),
+            "strata": chosen.strata,
+            "selections": selections,
+        }
+        _emit(fmt, record, selections)
+        return
     click.echo(
         f"wrote {summary.runs} traces ({chosen.incidents} incidents, {chosen.baseline} baseline) and "
         f"{summary.envelopes} envelopes to {summary.path}"
@@ -369,3 +474,14 @@ def select(
         click.echo(f"only {chosen.baseline} baseline-slice traces were available (asked for {baseline})")
     if summary.not_replayable:
         click.echo(f"{len(summary.not_replayable)} trace(s) are not replayable; see the manifest")
+
+
+def _selection_record(selection: Any) -> dict[str, Any]:
+    """One selected trace of ``tailcut select --format json|csv``."""
+    return {
+        "trace_id": selection.trace_id,
+        "reason": selection.reason,
+        "categories": list(selection.categories),
+        "inclusion_probability": selection.inclusion_probability,
+        "baseline": selection.baseline,
+    }

@@ -18,8 +18,8 @@ only three kinds of sample support a population rate:
     Hájek ratios ``Σ y/π / Σ 1/π`` and totals Horvitz–Thompson sums ``Σ y/π``.
 
 ``"tail-kept"`` (traces kept by the tail policies, unweighted) is labelled so it can be compared, but it
-never stands for the population: :func:`compare_groups` reports a change seen only there as
-*confined to the tail sample*.
+never stands for the population: ``tailcut compare`` (:mod:`tailcut.analysis._verdict`) reports a change
+seen only there as *confined to the tail sample*.
 
 **Which truth an interval is about.** A regression claim is about the process that produces traces (the
 agent under a harness revision), not about the particular traces one window happened to see. So the
@@ -46,7 +46,6 @@ denominator and mode ("intermittent 3/10 (live)"), never a bare "reproduced".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -59,12 +58,9 @@ from tailcut.errors import TailcutError
 __all__ = [
     "Difference",
     "Estimate",
-    "GroupCounts",
     "McNemarTest",
     "StatisticsInputError",
     "ValueEstimate",
-    "Verdict",
-    "compare_groups",
     "difference",
     "format_rate",
     "horvitz_thompson_mean",
@@ -86,7 +82,6 @@ Sample = Literal["all traces", "baseline slice", "kept (1/π weighted)", "tail-k
 CountSample = Literal["all traces", "baseline slice", "tail-kept"]
 Method = Literal["exact", "wilson", "hajek", "horvitz-thompson", "linearization"]
 DifferenceMethod = Literal["newcombe", "newcombe-paired"]
-VerdictLabel = Literal["regression", "improvement", "no evidence", "confined to tail sample"]
 RateWord = Literal["always", "never", "intermittent"]
 ReplayModeName = Literal["recorded", "live", "cut"]
 
@@ -242,63 +237,6 @@ class McNemarTest:
     chi2_p_value: float
 
 
-@dataclass(frozen=True)
-class GroupCounts:
-    """One group's counts of one failure category, in the two samples a verdict needs.
-
-    Attributes
-    ----------
-    baseline_hits, baseline_n : int
-        Baseline-slice traces showing the category, and baseline-slice traces in all.
-    tail_hits, tail_n : int
-        Tail-kept traces (kept by a deterministic policy) showing the category, and tail-kept traces in all.
-    population : Estimate or None
-        The group's population rate from the kept traces weighted by 1/π over the traces seen
-        (:func:`horvitz_thompson_proportion`), when known.
-    """
-
-    baseline_hits: int
-    baseline_n: int
-    tail_hits: int
-    tail_n: int
-    population: Estimate | None = None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Whether one failure category got worse from group A to group B, with the evidence for it.
-
-    Attributes
-    ----------
-    category : str
-        The failure category.
-    label : str
-        ``"regression"``, ``"improvement"``, ``"no evidence"`` or ``"confined to tail sample"``.
-    baseline : Difference
-        B − A among baseline-slice traces (the uniform sample alone).
-    tail : Difference
-        B − A among tail-kept traces.
-    reason : str
-        The rule that fired, in words.
-    population : Difference or None
-        B − A of the population rates (1/π weighted over the traces seen), when both groups had one:
-        then the verdict rests on it rather than on the baseline slice alone.
-    """
-
-    category: str
-    label: VerdictLabel
-    baseline: Difference
-    tail: Difference
-    reason: str
-    population: Difference | None = None
-
-    def __str__(self) -> str:
-        evidence = f"population {self.population}; " if self.population is not None else ""
-        return (
-            f"{self.category}: {self.label}; {evidence}baseline slice {self.baseline}; tail-kept {self.tail}"
-        )
-
-
 # ------------------------------------------------------------------------------------ single proportions
 
 
@@ -337,7 +275,7 @@ def wilson_interval(
     >>> wilson_interval(0, 10)[0]
     0.0
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if not (math.isfinite(n) and n > 0):
         raise StatisticsInputError(f"n must be a positive number, got {n!r}")
     if not (0 <= successes <= n):
@@ -386,8 +324,8 @@ def proportion(
     'exact'
     """
     _check_choice(sample, get_args(CountSample), "sample")
-    _check_count(successes, "successes", minimum=0)
-    _check_count(n, "n")
+    check_count(successes, "successes", minimum=0)
+    check_count(n, "n")
     low, high = wilson_interval(successes, n, confidence=confidence)
     return Estimate(
         value=successes / n,
@@ -534,7 +472,7 @@ def weighted_mean(
     >>> print(weighted_mean(tokens, [1, 1, 1, 20, 20, 20, 20, 20]))
     2728 [442.6, 5014] (n=8, kept (1/π weighted))
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     _check_choice(sample, get_args(Sample), "sample")
     x = _finite(values, "values")
     if x.size < 2:
@@ -579,7 +517,7 @@ def horvitz_thompson_total(
     >>> print(total.value, round(total.standard_error, 4))
     5.0 3.4641
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     y, pi = _values_and_probabilities(values, inclusion_probabilities)
     total = float(np.sum(y / pi))
     variance = float(np.sum((1 - pi) / np.square(pi) * np.square(y)))
@@ -625,7 +563,7 @@ def horvitz_thompson_mean(
     0.50 ± 0.3464
     """
     y, pi = _values_and_probabilities(values, inclusion_probabilities)
-    _check_count(population_size, "population_size")
+    check_count(population_size, "population_size")
     if population_size < y.size:
         raise StatisticsInputError(
             f"population_size ({population_size}) is smaller than the {y.size} kept traces given"
@@ -694,7 +632,7 @@ def horvitz_thompson_proportion(
     """
     _check_choice(sample, get_args(Sample), "sample")
     y, pi = _values_and_probabilities(_indicator(indicator), inclusion_probabilities)
-    _check_count(population_size, "population_size")
+    check_count(population_size, "population_size")
     if population_size < y.size:
         raise StatisticsInputError(
             f"population_size ({population_size}) is smaller than the {y.size} kept traces given"
@@ -875,7 +813,7 @@ def paired_difference(
     """
     cells = {"both": both, "first_only": first_only, "second_only": second_only, "neither": neither}
     for name, value in cells.items():
-        _check_count(value, name, minimum=0)
+        check_count(value, name, minimum=0)
     n = both + first_only + second_only + neither
     if n == 0:
         raise StatisticsInputError("a paired difference needs at least one pair; all four cells are 0")
@@ -936,8 +874,8 @@ def mcnemar(first_only: int, second_only: int) -> McNemarTest:
     >>> mcnemar(1, 7).exact_p_value
     0.0703125
     """
-    _check_count(first_only, "first_only", minimum=0)
-    _check_count(second_only, "second_only", minimum=0)
+    check_count(first_only, "first_only", minimum=0)
+    check_count(second_only, "second_only", minimum=0)
     discordant = first_only + second_only
     if discordant == 0:
         return McNemarTest(first_only, second_only, exact_p_value=1.0, chi2=0.0, chi2_p_value=1.0)
@@ -976,8 +914,8 @@ def rate_word(successes: int, n: int) -> RateWord:
     >>> rate_word(3, 10), rate_word(10, 10), rate_word(0, 10)
     ('intermittent', 'always', 'never')
     """
-    _check_count(n, "n")
-    _check_count(successes, "successes", minimum=0)
+    check_count(n, "n")
+    check_count(successes, "successes", minimum=0)
     if successes > n:
         raise StatisticsInputError(f"successes ({successes}) exceed runs ({n})")
     if successes == n:
@@ -1012,122 +950,6 @@ def format_rate(successes: int, n: int, mode: ReplayModeName) -> str:
     mode_name = str(getattr(mode, "value", mode))
     _check_choice(mode_name, get_args(ReplayModeName), "mode")
     return f"{rate_word(successes, n)} {successes}/{n} ({mode_name})"
-
-
-# ---------------------------------------------------------------------------------------------- verdicts
-
-
-def compare_groups(
-    first: Mapping[str, GroupCounts],
-    second: Mapping[str, GroupCounts],
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-) -> dict[str, Verdict]:
-    """The regression verdict of ``tailcut compare``, per failure category, from group A to group B.
-
-    For each category Newcombe intervals (method 10) are computed for the rate in B minus the rate in A:
-    ``baseline`` from the baseline-slice counts, ``tail`` from the tail-kept counts, and, when both
-    groups carry a ``population`` estimate, ``population`` from those (on their effective sizes). The
-    representative interval is ``population`` when present, else ``baseline``. The rule:
-
-    1. ``regression`` if the representative interval lies wholly above 0;
-    2. ``improvement`` if the representative interval lies wholly below 0;
-    3. otherwise (it contains 0), ``confined to tail sample`` if the tail interval lies wholly above or
-       wholly below 0;
-    4. otherwise ``no evidence``.
-
-    Only the population estimate and the baseline slice are representative of the traffic, so only they
-    can support a claim of systematic change (rules 1 and 2). The population estimate counts the hits the
-    tail policies kept against every trace seen (no composition bias) and estimates the rest from the
-    baseline slice, so it sees changes the small slice alone cannot; a change visible among tail-kept
-    traces alone may come from which traces the tail policies kept (more anomalies flagged, say) rather
-    than from the agent (rule 3).
-    Every verdict carries both intervals and, through them, both rates and denominators; a verdict
-    cannot be made without a non-empty baseline slice and tail sample in both groups.
-
-    Parameters
-    ----------
-    first : mapping of str to GroupCounts
-        Group A (the reference, e.g. the old harness revision), by category.
-    second : mapping of str to GroupCounts
-        Group B (the candidate), by the same categories.
-    confidence : float, default 0.95
-        Confidence level of both intervals.
-
-    Returns
-    -------
-    dict of str to Verdict
-        In the order of ``first``.
-
-    Examples
-    --------
-    >>> old = {"tool_loop": GroupCounts(baseline_hits=40, baseline_n=1000, tail_hits=30, tail_n=400)}
-    >>> new = {"tool_loop": GroupCounts(baseline_hits=44, baseline_n=1000, tail_hits=90, tail_n=410)}
-    >>> verdict = compare_groups(old, new)["tool_loop"]
-    >>> verdict.label
-    'confined to tail sample'
-    >>> print(verdict.baseline)
-    +0.4 pp [-1.4, +2.2] (4.4% of 1000 vs 4.0% of 1000, baseline slice)
-    """
-    if set(first) != set(second):
-        missing = sorted(set(first) ^ set(second))
-        raise StatisticsInputError(f"groups must report the same categories; only one has: {missing}")
-    verdicts = {}
-    for category, a in first.items():
-        b = second[category]
-        _check_group_counts(category, "A", a)
-        _check_group_counts(category, "B", b)
-        baseline = newcombe_difference(
-            b.baseline_hits,
-            b.baseline_n,
-            a.baseline_hits,
-            a.baseline_n,
-            sample="baseline slice",
-            confidence=confidence,
-        )
-        tail = newcombe_difference(
-            b.tail_hits, b.tail_n, a.tail_hits, a.tail_n, sample="tail-kept", confidence=confidence
-        )
-        population = (
-            difference(b.population, a.population)
-            if a.population is not None and b.population is not None
-            else None
-        )
-        label, reason = _verdict(
-            population or baseline, tail, "population" if population else "baseline-slice"
-        )
-        verdicts[category] = Verdict(category, label, baseline, tail, reason, population)
-    return verdicts
-
-
-def _check_group_counts(category: str, group: str, counts: GroupCounts) -> None:
-    """A verdict needs hits within a non-empty total in both samples; name the category and group if not."""
-    for sample, hits, total in (
-        ("baseline-slice", counts.baseline_hits, counts.baseline_n),
-        ("tail-kept", counts.tail_hits, counts.tail_n),
-    ):
-        _check_count(hits, f"{category}: group {group} {sample} hits", minimum=0)
-        _check_count(total, f"{category}: group {group} {sample} traces", minimum=1)
-        if hits > total:
-            raise StatisticsInputError(
-                f"{category}: group {group} has {hits} {sample} hits among only {total} {sample} traces"
-            )
-
-
-def _verdict(
-    representative: Difference, tail: Difference, name: str = "baseline-slice"
-) -> tuple[VerdictLabel, str]:
-    """Apply the rule of :func:`compare_groups` to the intervals of one category."""
-    if representative.low > 0:
-        return "regression", f"the {name} interval lies above 0"
-    if representative.high < 0:
-        return "improvement", f"the {name} interval lies below 0"
-    if tail.excludes_zero:
-        return (
-            "confined to tail sample",
-            f"the tail-kept interval excludes 0 but the {name} interval contains it",
-        )
-    return "no evidence", "both intervals contain 0"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -1172,7 +994,7 @@ def _normal_estimate(
     )
 
 
-def _check_confidence(confidence: float) -> None:
+def check_confidence(confidence: float) -> None:
     if not 0 < confidence < 1:
         raise StatisticsInputError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
 
@@ -1182,7 +1004,7 @@ def _check_choice(value: str, choices: tuple[str, ...], name: str) -> None:
         raise StatisticsInputError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
 
 
-def _check_count(value: int, name: str, *, minimum: int = 1) -> None:
+def check_count(value: int, name: str, *, minimum: int = 1) -> None:
     """Counts are whole numbers (numpy integers too) of at least ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise StatisticsInputError(f"{name} must be a whole number ≥ {minimum}, got {value!r}")

@@ -18,11 +18,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tailcut.analysis import stats
+from tailcut.analysis._verdict import GroupCounts, PopulationSample, compare_groups
 from tailcut.analysis.stats import (
     Estimate,
-    GroupCounts,
     StatisticsInputError,
-    compare_groups,
     difference,
     format_rate,
     horvitz_thompson_mean,
@@ -685,8 +684,8 @@ def test_population_estimates_decide_the_verdict_when_both_groups_have_one() -> 
     improvement even when the small baseline slice alone cannot tell."""
     counted = {"baseline_hits": 2, "baseline_n": 47, "tail_hits": 75, "tail_n": 376}
     fixed = {"baseline_hits": 0, "baseline_n": 64, "tail_hits": 0, "tail_n": 266}
-    before = horvitz_thompson_proportion([1] * 75 + [0] * 301, [1.0] * 376, population_size=1000)
-    after = horvitz_thompson_proportion([0] * 266, [1.0] * 266, population_size=1000)
+    before = PopulationSample([True] * 75 + [False] * 301, [1.0] * 376, size=1000)
+    after = PopulationSample([False] * 266, [1.0] * 266, size=1000)
     without = compare_groups({"c": GroupCounts(**counted)}, {"c": GroupCounts(**fixed)})["c"]
     assert without.label == "confined to tail sample"  # the slice's 2/47 vs 0/64 cannot say
     assert without.population is None

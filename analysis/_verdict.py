@@ -1,0 +1,362 @@
+"""The regression verdict of ``tailcut compare``: per category, with the family-wise error rate held.
+
+A verdict rests on the *representative* difference of one failure category from group A to group B: the
+population rates (kept traces weighted by 1/π over every trace seen) when both groups have one, else the
+baseline slice. Each category is one test of "no change" (Newcombe's interval inverted into a p-value);
+the six categories are one family, so their p-values are adjusted with **Holm's step-down method**
+(Holm, 1979): sorted ascending, the i-th smallest of m is multiplied by ``m − i + 1`` and the running
+maximum taken. A category whose adjusted p-value is at most ``1 − confidence`` is a ``regression`` (rate
+up) or an ``improvement`` (rate down). Under no change in any category, the chance that any one says
+``regression`` or ``improvement`` is then at most ``1 − confidence`` (5% by default), where six
+unadjusted 95% tests would give about one false alarm in four.
+
+Each category's population and baseline-slice intervals are shown at its Holm step's level,
+``1 − α/(m − i + 1)`` for the i-th smallest p-value, so an interval that excludes 0 is the test that
+rejected (unless a smaller p-value before it failed its own step, which stops Holm's procedure). A
+change seen only among tail-kept traces (the tail interval, at the nominal level ``confidence``, excludes
+0) is ``confined to tail sample``: a warning that it may come from which traces the tail policies kept
+rather than from the agent, never a claim of change, so it is not adjusted. Anything else is
+``no evidence``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from scipy import special
+
+from tailcut.analysis import stats
+
+VerdictLabel = Literal["regression", "improvement", "no evidence", "confined to tail sample"]
+#: Every verdict label, in the order a reader meets them (``tailcut compare --fail-on`` takes these).
+VERDICT_LABELS: Final[tuple[VerdictLabel, ...]] = (
+    "regression",
+    "improvement",
+    "confined to tail sample",
+    "no evidence",
+)
+#: The family-wise method, as the output names it.
+ADJUSTMENT: Final = "holm"
+#: Largest z searched when inverting an interval into a p-value (p ≈ 1e-15 beyond it).
+_Z_MAX: Final = 8.0
+
+
+@dataclass(frozen=True)
+class PopulationSample:
+    """One group's kept traces as a 1/π population rate needs them (one entry per kept trace).
+
+    Attributes
+    ----------
+    hits : sequence of bool
+        Whether each kept trace shows the category.
+    inclusion_probability : sequence of float
+        Each kept trace's π.
+    size : int
+        Traces seen in the group, kept or dropped (N).
+    """
+
+    hits: Sequence[bool]
+    inclusion_probability: Sequence[float]
+    size: int
+
+    def estimate(self, confidence: float = stats.DEFAULT_CONFIDENCE) -> stats.Estimate:
+        """The Horvitz–Thompson rate with N known (:func:`~.stats.horvitz_thompson_proportion`)."""
+        return stats.horvitz_thompson_proportion(
+            [float(h) for h in self.hits], self.inclusion_probability, self.size, confidence=confidence
+        )
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """One group's counts of one failure category, in the samples a verdict needs.
+
+    Attributes
+    ----------
+    baseline_hits, baseline_n : int
+        Baseline-slice traces showing the category, and baseline-slice traces in all.
+    tail_hits, tail_n : int
+        Tail-kept traces (kept by a deterministic policy) showing the category, and tail-kept traces in all.
+    population : PopulationSample or None
+        The group's kept traces for the population rate (1/π weighted over the traces seen), when known.
+    """
+
+    baseline_hits: int
+    baseline_n: int
+    tail_hits: int
+    tail_n: int
+    population: PopulationSample | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether one failure category got worse from group A to group B, with the evidence for it.
+
+    Attributes
+    ----------
+    category : str
+        The failure category.
+    label : str
+        ``"regression"``, ``"improvement"``, ``"no evidence"`` or ``"confined to tail sample"``.
+    baseline : Difference
+        B − A among baseline-slice traces (the uniform sample alone).
+    tail : Difference
+        B − A among tail-kept traces.
+    reason : str
+        The rule that fired, in words.
+    population : Difference or None
+        B − A of the population rates (1/π weighted over the traces seen), when both groups had one:
+        then the verdict rests on it rather than on the baseline slice alone.
+    p_value : float or None
+        Two-sided p-value of "no change" from the representative interval (population, else baseline);
+        None for a verdict made from 95% intervals alone (``compare --results``).
+    adjusted_p_value : float or None
+        ``p_value`` after Holm's adjustment over the categories compared together.
+    confidence : float
+        The level of the population and baseline-slice intervals (Holm's step for this category); the
+        tail-kept interval is at the nominal level.
+    """
+
+    category: str
+    label: VerdictLabel
+    baseline: stats.Difference
+    tail: stats.Difference
+    reason: str
+    population: stats.Difference | None = None
+    p_value: float | None = None
+    adjusted_p_value: float | None = None
+    confidence: float = stats.DEFAULT_CONFIDENCE
+
+    @property
+    def representative(self) -> stats.Difference:
+        """The difference the verdict rests on: the population one when present, else the baseline slice."""
+        return self.population if self.population is not None else self.baseline
+
+    def __str__(self) -> str:
+        evidence = f"population {self.population}; " if self.population is not None else ""
+        return (
+            f"{self.category}: {self.label}; {evidence}baseline slice {self.baseline}; tail-kept {self.tail}"
+        )
+
+
+def decide(
+    representative: stats.Difference, tail: stats.Difference, name: str = "baseline-slice"
+) -> tuple[VerdictLabel, str]:
+    """The rule for one test at its level: the representative interval first, then the tail-kept one.
+
+    1. ``regression`` if the representative interval lies wholly above 0;
+    2. ``improvement`` if it lies wholly below 0;
+    3. otherwise ``confined to tail sample`` if the tail interval excludes 0;
+    4. otherwise ``no evidence``.
+
+    Examples
+    --------
+    >>> change = stats.newcombe_difference(9, 100, 3, 100, sample="baseline slice")
+    >>> decide(change, change)
+    ('regression', 'the baseline-slice interval lies above 0')
+    """
+    if representative.low > 0:
+        return "regression", f"the {name} interval lies above 0"
+    if representative.high < 0:
+        return "improvement", f"the {name} interval lies below 0"
+    if tail.excludes_zero:
+        return (
+            "confined to tail sample",
+            f"the tail-kept interval excludes 0 but the {name} interval contains it",
+        )
+    return "no evidence", "both intervals contain 0"
+
+
+def p_value(interval_at: Callable[[float], stats.Difference]) -> float:
+    """The two-sided p-value of "no difference" got by inverting a family of intervals.
+
+    ``interval_at(confidence)`` returns the difference's interval at that level; the intervals widen
+    with the level, so the p-value is ``1 − c*`` for the level c* at which the interval just touches 0
+    (found by bisection on the normal quantile).
+
+    Examples
+    --------
+    >>> p = p_value(lambda c: stats.newcombe_difference(60, 500, 40, 500, sample="baseline slice",
+    ...                                                  confidence=c))
+    >>> 0.03 < p < 0.05
+    True
+    """
+    if interval_at(stats.DEFAULT_CONFIDENCE).value == 0:
+        return 1.0
+
+    def excludes(z: float) -> bool:
+        return interval_at(_confidence(z)).excludes_zero
+
+    if excludes(_Z_MAX):
+        return _p_of(_Z_MAX)
+    low, high = 1e-6, _Z_MAX  # the interval excludes 0 at `low` (if at all) and contains it at `high`
+    if not excludes(low):
+        return 1.0
+    for _ in range(48):
+        middle = (low + high) / 2
+        if excludes(middle):
+            low = middle
+        else:
+            high = middle
+    return _p_of(high)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given.
+
+    Examples
+    --------
+    >>> holm([0.01, 0.04, 0.03])
+    [0.03, 0.06, 0.06]
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def compare_groups(
+    first: Mapping[str, GroupCounts],
+    second: Mapping[str, GroupCounts],
+    *,
+    confidence: float = stats.DEFAULT_CONFIDENCE,
+) -> dict[str, Verdict]:
+    """The verdict of every category from group A to group B, family-wise rate held by Holm's method.
+
+    For each category: Newcombe intervals (method 10) for the rate in B minus the rate in A, from the
+    baseline-slice counts, the tail-kept counts and, when both groups carry a ``population``, the
+    population rates (on their effective sizes). The representative one (population, else baseline)
+    gives the category's p-value; Holm's adjustment over the categories decides ``regression`` and
+    ``improvement`` (see the module docstring); the intervals are reported at each category's Holm level.
+
+    Parameters
+    ----------
+    first : mapping of str to GroupCounts
+        Group A (the reference, e.g. the old harness revision), by category.
+    second : mapping of str to GroupCounts
+        Group B (the candidate), by the same categories.
+    confidence : float, default 0.95
+        One minus the family-wise error rate.
+
+    Returns
+    -------
+    dict of str to Verdict
+        In the order of ``first``.
+
+    Examples
+    --------
+    >>> old = {"tool_loop": GroupCounts(baseline_hits=40, baseline_n=1000, tail_hits=30, tail_n=400)}
+    >>> new = {"tool_loop": GroupCounts(baseline_hits=44, baseline_n=1000, tail_hits=90, tail_n=410)}
+    >>> verdict = compare_groups(old, new)["tool_loop"]
+    >>> verdict.label
+    'confined to tail sample'
+    >>> print(verdict.baseline)
+    +0.4 pp [-1.4, +2.2] (4.4% of 1000 vs 4.0% of 1000, baseline slice)
+    """
+    if set(first) != set(second):
+        missing = sorted(set(first) ^ set(second))
+        raise stats.StatisticsInputError(f"groups must report the same categories; only one has: {missing}")
+    stats.check_confidence(confidence)
+    families = {}
+    for category, a in first.items():
+        b = second[category]
+        _check_group_counts(category, "A", a)
+        _check_group_counts(category, "B", b)
+        families[category] = _Category(a, b)
+    alpha = 1 - confidence
+    p_values = {c: p_value(family.representative) for c, family in families.items()}
+    adjusted = dict(zip(p_values, holm(list(p_values.values())), strict=True))
+    ranks = {c: rank for rank, c in enumerate(sorted(p_values, key=p_values.__getitem__))}
+    m = len(families)
+    verdicts = {}
+    for category, family in families.items():
+        level = 1 - alpha / (m - ranks[category])
+        representative = family.representative(level)
+        tail = family.tail(confidence)
+        name = "population" if family.has_population else "baseline-slice"
+        if adjusted[category] <= alpha and representative.value != 0:
+            label: VerdictLabel = "regression" if representative.value > 0 else "improvement"
+            side = "above" if label == "regression" else "below"
+            reason = f"the {name} interval lies {side} 0 (Holm-adjusted p = {adjusted[category]:.2g})"
+        else:
+            label, reason = decide(representative, tail, name)
+            if label in ("regression", "improvement"):  # Holm stopped at a smaller p-value before it
+                label, reason = "no evidence", f"Holm's procedure stopped before this category: {reason}"
+        verdicts[category] = Verdict(
+            category,
+            label,
+            family.baseline(level),
+            tail,
+            reason,
+            family.population(level) if family.has_population else None,
+            p_value=p_values[category],
+            adjusted_p_value=adjusted[category],
+            confidence=level,
+        )
+    return verdicts
+
+
+@dataclass(frozen=True)
+class _Category:
+    """Group A's and B's counts of one category, with B − A at any level."""
+
+    a: GroupCounts
+    b: GroupCounts
+
+    @property
+    def has_population(self) -> bool:
+        return self.a.population is not None and self.b.population is not None
+
+    def baseline(self, confidence: float) -> stats.Difference:
+        a, b = self.a, self.b
+        return stats.newcombe_difference(
+            b.baseline_hits,
+            b.baseline_n,
+            a.baseline_hits,
+            a.baseline_n,
+            sample="baseline slice",
+            confidence=confidence,
+        )
+
+    def tail(self, confidence: float) -> stats.Difference:
+        a, b = self.a, self.b
+        return stats.newcombe_difference(
+            b.tail_hits, b.tail_n, a.tail_hits, a.tail_n, sample="tail-kept", confidence=confidence
+        )
+
+    def population(self, confidence: float) -> stats.Difference:
+        assert self.a.population is not None and self.b.population is not None
+        return stats.difference(
+            self.b.population.estimate(confidence), self.a.population.estimate(confidence)
+        )
+
+    def representative(self, confidence: float) -> stats.Difference:
+        return self.population(confidence) if self.has_population else self.baseline(confidence)
+
+
+def _check_group_counts(category: str, group: str, counts: GroupCounts) -> None:
+    """A verdict needs hits within a non-empty total in both samples; name the category and group if not."""
+    for sample, hits, total in (
+        ("baseline-slice", counts.baseline_hits, counts.baseline_n),
+        ("tail-kept", counts.tail_hits, counts.tail_n),
+    ):
+        stats.check_count(hits, f"{category}: group {group} {sample} hits", minimum=0)
+        stats.check_count(total, f"{category}: group {group} {sample} traces", minimum=1)
+        if hits > total:
+            raise stats.StatisticsInputError(
+                f"{category}: group {group} has {hits} {sample} hits among only {total} {sample} traces"
+            )
+
+
+def _confidence(z: float) -> float:
+    return float(special.erf(z / math.sqrt(2)))
+
+
+def _p_of(z: float) -> float:
+    return float(special.erfc(z / math.sqrt(2)))
