@@ -14,8 +14,10 @@ from dataclasses import FrozenInstanceError
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from statsmodels.stats.contingency_tables import mcnemar as statsmodels_mcnemar
+from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from tailcut.analysis import stats
 from tailcut.analysis._verdict import GroupCounts, PopulationSample, compare_groups
@@ -695,3 +697,42 @@ def test_population_estimates_decide_the_verdict_when_both_groups_have_one() -> 
     assert with_population.label == "improvement"
     assert with_population.population.high < 0
     assert "population interval lies below 0" in with_population.reason
+
+
+# --------------------------------------------------------------------------- statsmodels as the oracle
+
+
+@settings(deadline=None)
+@given(st.integers(1, 2000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
+def test_wilson_interval_agrees_with_statsmodels(count: tuple[int, int]) -> None:
+    successes, n = count
+    expected = proportion_confint(successes, n, alpha=0.05, method="wilson")
+    assert wilson_interval(successes, n) == pytest.approx(expected, abs=1e-9)
+
+
+@settings(deadline=None)
+@given(
+    st.integers(1, 1000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
+    st.integers(1, 1000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
+)
+def test_newcombe_difference_agrees_with_statsmodels(
+    first: tuple[int, int], second: tuple[int, int]
+) -> None:
+    expected = confint_proportions_2indep(*first, *second, method="newcomb", compare="diff", alpha=0.05)
+    got = newcombe_difference(*first, *second, sample="baseline slice")
+    assert (got.low, got.high) == pytest.approx(expected, abs=1e-9)
+
+
+@settings(deadline=None)
+@given(st.integers(0, 300), st.integers(0, 300))
+def test_mcnemar_agrees_with_statsmodels(b: int, c: int) -> None:
+    """Where they differ on purpose: for b = c statsmodels squares |b − c| − 1 = −1 into a statistic of
+    1/(b + c); tailcut floors the corrected difference at 0 (no imbalance, p = 1), as Edwards' correction
+    intends, and that case is checked by test_mcnemar_without_imbalance_is_no_evidence."""
+    assume(b != c)
+    table = [[5, b], [c, 7]]
+    test = mcnemar(b, c)
+    assert test.exact_p_value == pytest.approx(statsmodels_mcnemar(table, exact=True).pvalue, rel=1e-9)
+    corrected = statsmodels_mcnemar(table, exact=False, correction=True)
+    assert test.chi2 == pytest.approx(corrected.statistic, rel=1e-9, abs=1e-12)
+    assert test.chi2_p_value == pytest.approx(corrected.pvalue, rel=1e-9)
