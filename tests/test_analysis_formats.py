@@ -1,0 +1,284 @@
+"""``--format json|csv`` of classify, report, compare and select, and ``compare --fail-on`` exit codes.
+
+The JSON keys checked here are the ones the README's analysis section documents.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tailcut.cli import cli
+from tests.analysis_support import fleet_data, rewrite, tail_sample
+
+ESTIMATE = {
+    "value",
+    "numerator",
+    "denominator",
+    "n_effective",
+    "low",
+    "high",
+    "confidence",
+    "method",
+    "sample",
+}
+DIFFERENCE = {"value", "low", "high", "confidence", "method", "a", "b"}
+CATEGORY_VERDICT = {
+    "category",
+    "verdict",
+    "reason",
+    "p_value",
+    "adjusted_p_value",
+    "confidence",
+    "population",
+    "baseline",
+    "tail",
+}
+CATEGORIES = {"error", "schema_violation", "schema_drift", "tool_loop", "cost_blowup", "silent_degradation"}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    return fleet_data(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def revisions(fleet, tmp_path_factory):
+    """v1 and v2 (v2 fixes a stale contract) with a 50% slice decided from the ticket: v2 → v1 regresses."""
+    path = tmp_path_factory.mktemp("revisions") / "data"
+    ticket = {r.trace_id: r.ticket_id for r in fleet.runs}
+    tail_sample(fleet.path, path, fleet.failing, 0.5, member=lambda t: ticket[t] % 2 == 0)
+    return path
+
+
+@pytest.fixture(scope="module")
+def unchanged(fleet, tmp_path_factory):
+    """Two halves of the same traffic (alternate tickets as harness_revision A and B), kept alike."""
+    path = tmp_path_factory.mktemp("unchanged") / "data"
+    ticket = {r.trace_id: r.ticket_id for r in fleet.runs}
+
+    def decide(row: dict[str, Any]) -> dict[str, Any]:
+        trace_id = row["trace_id"]
+        fails, member = trace_id in fleet.failing, ticket[trace_id] % 4 in (0, 1)
+        return {
+            "harness_revision": "A" if ticket[trace_id] % 2 == 0 else "B",
+            "kept": fails or member,
+            "baseline": member,
+            "inclusion_probability": 1.0 if fails else 0.5,
+            "policies": ["failures"] * fails + ["baseline"] * member,
+            "decision_reason": "root_end",
+        }
+
+    rewrite(fleet.path, path, decide)
+    return path
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def _estimate(record: Any) -> None:
+    assert set(record) == ESTIMATE, record
+    assert record["low"] <= record["value"] <= record["high"]
+    assert 0 <= record["numerator"] <= record["denominator"] or record["method"] == "horvitz-thompson"
+    assert record["denominator"] >= 1 and isinstance(record["sample"], str)
+
+
+def _difference(record: Any) -> None:
+    assert set(record) == DIFFERENCE, record
+    assert record["low"] <= record["value"] <= record["high"]
+    _estimate(record["a"])
+    _estimate(record["b"])
+    assert record["value"] == pytest.approx(record["b"]["value"] - record["a"]["value"])
+
+
+def test_compare_json_has_the_documented_keys_and_holm(revisions):
+    result = run(
+        "compare", "--data", str(revisions), "--by", "harness_revision", "v1", "v2", "--format", "json"
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert set(record) == {"kind", "description", "a", "b", "family", "categories"}
+    assert record["family"] == {"method": "holm", "error_rate": 0.05, "tests": 6}
+    assert record["a"]["label"] == "v1" and record["a"]["traces"] > 0
+    assert {row["category"] for row in record["categories"]} == CATEGORIES
+    for row in record["categories"]:
+        assert set(row) == CATEGORY_VERDICT
+        for key in ("population", "baseline", "tail"):
+            _difference(row[key])
+        assert row["population"]["a"]["sample"] == "kept (1/π weighted)"
+        assert row["baseline"]["a"]["sample"] == "baseline slice"
+        assert row["p_value"] <= row["adjusted_p_value"] <= 1
+    verdicts = {row["category"]: row["verdict"] for row in record["categories"]}
+    assert verdicts["silent_degradation"] == "improvement"
+
+
+def test_fail_on_regression_exits_1_on_a_planted_regression_and_0_without_change(revisions, unchanged):
+    regressed = run(
+        "compare", "--data", str(revisions), "--by", "harness_revision", "v2", "v1", "--fail-on", "regression"
+    )
+    assert regressed.exit_code == 1, regressed.output
+    assert "failing on verdict regression" in regressed.output
+    same = run(
+        "compare",
+        "--data",
+        str(unchanged),
+        "--by",
+        "harness_revision",
+        "A",
+        "B",
+        "--fail-on",
+        "regression,improvement",
+    )
+    assert same.exit_code == 0, same.output
+    assert "regression" not in {
+        row["verdict"]
+        for row in json.loads(
+            run(
+                "compare", "--data", str(unchanged), "--by", "harness_revision", "A", "B", "--format", "json"
+            ).output
+        )["categories"]
+    }
+    fixed = ("compare", "--data", str(revisions), "--by", "harness_revision", "v1", "v2")
+    assert run(*fixed, "--fail-on", "regression").exit_code == 0
+    listed = run(*fixed, "--fail-on", "regression", "--fail-on", "confined to tail sample,improvement")
+    assert listed.exit_code == 1
+    assert "failing on verdict confined to tail sample, improvement" in listed.output
+    wrong = run(
+        "compare", "--data", str(revisions), "--by", "harness_revision", "v1", "v2", "--fail-on", "worse"
+    )
+    assert wrong.exit_code == 2 and "unknown verdict 'worse'" in wrong.output
+
+
+def test_compare_csv_has_one_row_per_category(revisions):
+    result = run(
+        "compare", "--data", str(revisions), "--by", "harness_revision", "v1", "v2", "--format", "csv"
+    )
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert {row["category"] for row in rows} == CATEGORIES
+    assert {"verdict", "population.a.numerator", "baseline.b.denominator", "tail.low"} <= set(rows[0])
+
+
+def test_report_json_and_csv(revisions):
+    result = run("report", "--data", str(revisions), "--format", "json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert set(record) == {
+        "location",
+        "traffic",
+        "decisions",
+        "categories",
+        "population",
+        "layers",
+        "boundaries",
+    }
+    assert set(record["traffic"]) == {
+        "seen",
+        "kept",
+        "dropped",
+        "baseline",
+        "baseline_kept",
+        "tail_kept",
+        "spans",
+    }
+    for row in record["categories"]:
+        assert set(row) == {"category", "kept_hits", "weighted", "baseline"}
+        _estimate(row["weighted"])
+        _estimate(row["baseline"])
+    for row in record["population"]:
+        assert set(row) == {"quantity", "estimate"}
+    assert {"layer", "findings", "traces_represented", "categories"} == set(record["layers"][0])
+    table = list(
+        csv.DictReader(io.StringIO(run("report", "--data", str(revisions), "--format", "csv").output))
+    )
+    assert {row["category"] for row in table} == CATEGORIES
+    assert "weighted.numerator" in table[0] and "baseline.denominator" in table[0]
+
+
+def test_classify_json_and_csv(revisions):
+    result = run("classify", "--data", str(revisions), "--format", "json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert set(record) == {"kept_traces", "summary", "findings"}
+    assert sum(row["findings"] for row in record["summary"]) == len(record["findings"])
+    assert set(record["findings"][0]) >= {"trace_id", "category", "span_id", "layer", "evidence"}
+    rows = list(
+        csv.DictReader(io.StringIO(run("classify", "--data", str(revisions), "--format", "csv").output))
+    )
+    assert len(rows) == len(record["findings"])
+
+
+def test_select_json_and_csv(revisions, tmp_path):
+    result = run(
+        "select",
+        "--data",
+        str(revisions),
+        "--baseline",
+        "5",
+        "--out",
+        str(tmp_path / "c"),
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert set(record) == {
+        "path",
+        "traces",
+        "incidents",
+        "baseline",
+        "baseline_requested",
+        "envelopes",
+        "not_replayable",
+        "strata",
+        "selections",
+    }
+    assert record["baseline_requested"] == 5 and len(record["selections"]) == record["traces"]
+    assert set(record["selections"][0]) == {
+        "trace_id",
+        "reason",
+        "categories",
+        "inclusion_probability",
+        "baseline",
+    }
+    again = run(
+        "select", "--data", str(revisions), "--baseline", "5", "--out", str(tmp_path / "d"), "--format", "csv"
+    )
+    rows = list(csv.DictReader(io.StringIO(again.output)))
+    assert [row["trace_id"] for row in rows] == [s["trace_id"] for s in record["selections"]]
+
+
+def test_compare_results_json_and_fail_on(tmp_path):
+    from tests.test_analysis_cli import results_file
+
+    incidents = {f"{i:032x}": (False, [True]) for i in range(30)}
+    baseline = {f"{i + 100:032x}": (True, [True]) for i in range(40)}
+    before = results_file(tmp_path / "a.parquet", {**incidents, **baseline}, "v1")
+    broken = {t: (True, [i % 2 == 0]) for i, t in enumerate(baseline)}  # half the slice now fails
+    after = results_file(tmp_path / "b.parquet", {**incidents, **broken}, "v2")
+    result = run("compare", "--results", before, after, "--format", "json", "--fail-on", "regression")
+    assert result.exit_code == 1
+    record = json.loads(result.output.split("\ntailcut compare:")[0])
+    assert set(record) == {
+        "kind",
+        "a",
+        "b",
+        "modes",
+        "unpaired",
+        "samples",
+        "by_category",
+        "weighted_pass",
+        "verdict",
+    }
+    assert record["verdict"]["verdict"] == "regression"
+    _difference(record["verdict"]["baseline"])
+    sample = record["samples"][1]
+    assert sample["sample"] == "baseline slice" and sample["broken"] == 20
+    _estimate(sample["pass_a"])
+    _difference(sample["fail_rate_change"])
