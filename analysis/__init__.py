@@ -8,8 +8,7 @@ Examples
     from tailcut.analysis import Dataset, build_report
 
     data = Dataset("data")
-    findings = data.classify()  # also registers the `findings` table
-    data.sql("SELECT category, layer, count(*) FROM findings GROUP BY ALL")
+    data.sql("SELECT category, layer, count(*) FROM findings GROUP BY ALL")  # kept in data/findings/
     build_report(data).render_terminal(Console())
 """
 

@@ -288,6 +288,10 @@ def _merge_drift(
 def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.DataFrame:
     """Check every kept trace for the six failure categories; register the ``findings`` table.
 
+    With the default thresholds the findings are also written to ``DATA/findings/findings.parquet``
+    with the key of the files they came from (see :mod:`tailcut.analysis._findings`), so later
+    sessions and other engines read them without classifying again.
+
     Parameters
     ----------
     dataset : Dataset
@@ -314,10 +318,13 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
         findings = Dataset("data").classify()
         findings.group_by("category", "layer").len()
     """
-    import polars as pl
+    return dataset.classify(thresholds=thresholds)
+
+
+def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
+    """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted."""
     import pyarrow as pa
 
-    limits = thresholds or Thresholds()
     parameters = limits.parameters()
     connection = dataset.connection
     connection.execute(_rules.REFERENCE_SQL, {"min_baseline": limits.min_baseline})
@@ -342,12 +349,7 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
     )
     tables.append(pa.Table.from_pylist(rows, schema=findings_schema()))
     table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
-    connection.register("_findings_arrow", table)
-    connection.execute("CREATE OR REPLACE TABLE findings AS SELECT * FROM _findings_arrow")
-    connection.unregister("_findings_arrow")
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
     connection.unregister("_survey")
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    return frame
+    return table

@@ -2,7 +2,8 @@
 
 One in-memory DuckDB connection per ``Dataset`` holds the views of DESIGN.md section 5 (``spans``,
 ``traces``, ``llm_calls``, ``tool_calls``, ``retrievals``, ``kept_traces``, ``baseline_traces``), the
-span-tree table macros of ``tree.sql`` and, once :meth:`Dataset.classify` has run, the ``findings`` table.
+span-tree table macros of ``tree.sql`` and the ``findings`` view over ``findings/findings.parquet``,
+brought up to date (see :mod:`tailcut.analysis._findings`) whenever a query names ``findings``.
 Nothing is copied: every query reads the Parquet files, so a data dir that is being written shows its new
 files after :meth:`Dataset.refresh`.
 """
@@ -10,11 +11,12 @@ files after :meth:`Dataset.refresh`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
-from tailcut.analysis import _source
+from tailcut.analysis import _findings, _source
 from tailcut.analysis._errors import QueryError, UnknownTraceError, query_error
 from tailcut.errors import MissingDependencyError
 
@@ -35,6 +37,8 @@ DERIVED_VIEWS: Final = {
     "kept_traces": "SELECT * FROM traces WHERE kept",
     "baseline_traces": "SELECT * FROM traces WHERE baseline",
 }
+#: A query that reads the findings (brought up to date before it runs).
+_NAMES_FINDINGS: Final = re.compile(r"\bfindings\b", re.IGNORECASE)
 #: The table macros ``tree.sql`` defines (the ``*_recursive`` twins are what the others fall back to).
 TREE_MACROS: Final = (
     "descendants",
@@ -102,6 +106,9 @@ class Dataset:
         if _source.is_remote(self.location):
             _source.ensure_remote_support(self._connection, self.location)
         self._present: dict[str, bool] = {}
+        #: source key of the registered findings; None when none are, or they came from custom thresholds
+        self._findings_key: str | None = None
+        self._custom_findings = False
         self.refresh()
 
     # --- setup ---------------------------------------------------------------------------------------------
@@ -157,6 +164,8 @@ class Dataset:
         import pyarrow as pa
 
         duckdb = _duckdb()
+        if _NAMES_FINDINGS.search(query):
+            self.ensure_findings()
         try:
             relation = self._connection.sql(query, params=_parameters(params))
             return pa.table({}) if relation is None else relation.to_arrow_table()
@@ -170,7 +179,7 @@ class Dataset:
         ----------
         query : str
             DuckDB SQL over ``spans``, ``traces``, ``llm_calls``, ``tool_calls``, ``retrievals``,
-            ``kept_traces``, ``baseline_traces`` (and ``findings`` once classified), with the table macros
+            ``kept_traces``, ``baseline_traces`` and ``findings`` (classified first if stale), with the macros
             ``descendants(trace_id, span_id)``, ``ancestors(trace_id, span_id)`` and
             ``span_path(trace_id, span_id)``.
         params : sequence, optional
@@ -200,12 +209,12 @@ class Dataset:
         return pl.from_arrow(self.sql_arrow(query, params=params))  # type: ignore[return-value]
 
     def tables(self) -> list[str]:
-        """The views and tables a query can read, sorted."""
+        """The views and tables a query can read, sorted (``findings`` always: it is made on demand)."""
         rows = self._connection.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
             "AND NOT starts_with(table_name, '_') ORDER BY table_name"
         ).fetchall()
-        return [name for (name,) in rows]
+        return sorted({name for (name,) in rows} | {"findings"})
 
     def schema(self, name: str) -> list[tuple[str, str]]:
         """``(column, DuckDB type)`` of one view or table.
@@ -217,6 +226,8 @@ class Dataset:
         """
         if name not in self.tables():
             raise QueryError(f"no view or table named {name!r}; try one of: {', '.join(self.tables())}")
+        if name == "findings":
+            self.ensure_findings()
         rows = self._connection.execute(f'DESCRIBE SELECT * FROM "{name}"').fetchall()
         return [(column, type_) for column, type_, *_ in rows]
 
@@ -306,6 +317,10 @@ class Dataset:
     def classify(self, *, thresholds: Thresholds | None = None) -> pl.DataFrame:
         """Find the failure categories of every kept trace; registers the ``findings`` table.
 
+        With the default thresholds the findings are also written to ``findings/findings.parquet``
+        (a local, writable data dir); other thresholds keep them in this session only, until
+        :meth:`ensure_findings` is told to go back to the default ones.
+
         Parameters
         ----------
         thresholds : Thresholds, optional
@@ -316,18 +331,64 @@ class Dataset:
         polars.DataFrame
             One row per (trace, category); see :func:`tailcut.analysis.classify`.
         """
-        from tailcut.analysis._classify import classify
+        import polars as pl
 
-        return classify(self, thresholds=thresholds)
+        from tailcut.analysis._classify import Thresholds, compute_findings
+
+        limits = thresholds or Thresholds()
+        default = limits == Thresholds()
+        key = _findings.source_key(self)
+        table = compute_findings(self, limits)
+        written = _findings.write(self.location, table, key) if default else None
+        if written is not None:
+            self._register_findings(f"SELECT * FROM read_parquet('{_source.quote(str(written))}')")
+        else:
+            self._connection.register("_findings_arrow", table)
+            try:
+                self._register_findings("SELECT * FROM _findings_arrow", table=True)
+            finally:
+                self._connection.unregister("_findings_arrow")
+        self._findings_key = key if default else None
+        self._custom_findings = not default
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def ensure_findings(self, *, default: bool = False) -> None:
+        """Make the ``findings`` table current: read the stored file if it matches the files present,
+        else classify (default thresholds) and store the result.
+
+        Findings of custom thresholds registered by :meth:`classify` are kept unless ``default``.
+        """
+        if self._custom_findings and not default:
+            return
+        key = _findings.source_key(self)
+        if key == self._findings_key:
+            return
+        if _findings.stored_key(self.location) == key:
+            stored = _source.quote(str(_findings.path(self.location)))
+            self._register_findings(f"SELECT * FROM read_parquet('{stored}')")
+            self._findings_key, self._custom_findings = key, False
+            return
+        self.classify()
+
+    def _register_findings(self, query: str, *, table: bool = False) -> None:
+        """Replace the ``findings`` view or table (whichever exists) with ``query``'s rows."""
+        for kind in ("VIEW", "TABLE"):
+            try:
+                self._connection.execute(f"DROP {kind} IF EXISTS findings")
+            except _duckdb().CatalogException:  # the other kind holds the name
+                continue
+        kind = "TABLE" if table else "VIEW"
+        self._connection.execute(f"CREATE {kind} findings AS {query}")
 
     def has_findings(self) -> bool:
-        """Whether :meth:`classify` has registered the ``findings`` table."""
-        return "findings" in self.tables()
+        """Whether a ``findings`` table is registered in this session (it may be stale; see
+        :meth:`ensure_findings`)."""
+        return self._findings_key is not None or self._custom_findings
 
     def findings(self) -> pl.DataFrame:
-        """The ``findings`` table, classifying first if that has not happened yet."""
-        if not self.has_findings():
-            return self.classify()
+        """The ``findings`` table, brought up to date first."""
         return self.sql("SELECT * FROM findings ORDER BY trace_id, category")
 
     def select(

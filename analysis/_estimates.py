@@ -107,8 +107,7 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
     params : sequence
         Values for the placeholders.
     """
-    if not dataset.has_findings():
-        dataset.classify()
+    dataset.ensure_findings()
     table = dataset.sql_arrow(
         f"""
         SELECT t.trace_id, t.inclusion_probability, t.baseline, {TAIL_KEPT} AS tail,

@@ -412,8 +412,7 @@ def build_report(dataset: Dataset, *, truth: Mapping[str, float] | None = None) 
         report.render_terminal(Console())
         report.write_html("report.html")
     """
-    if not dataset.has_findings():
-        dataset.classify()
+    dataset.ensure_findings()
     seen, kept, baseline, baseline_kept, tail_kept = _one(
         dataset,
         "SELECT count(*), count(*) FILTER (WHERE kept), count(*) FILTER (WHERE baseline), "

@@ -166,8 +166,7 @@ def select_corpus(
         raise AnalysisError(
             f"traces has no column {stratify_by!r} to stratify by; choose one of: {', '.join(columns)}"
         )
-    if not dataset.has_findings():
-        dataset.classify()
+    dataset.ensure_findings()
     condition = f"({where})" if where else "true"
     stratum = (
         f"coalesce(CAST(t.\"{stratify_by}\" AS VARCHAR), '{NO_VALUE}')" if stratify_by else f"'{NO_VALUE}'"

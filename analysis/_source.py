@@ -149,7 +149,7 @@ def create_table_view(
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
         return
     scan = (
-        f"read_parquet('{_quote(table_glob(location, table))}', hive_partitioning = true, "
+        f"read_parquet('{quote(table_glob(location, table))}', hive_partitioning = true, "
         "union_by_name = true)"
     )
     import duckdb
@@ -167,6 +167,6 @@ def create_table_view(
     connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT *{extra} FROM {scan}")
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     """A string literal's body for SQL (single quotes doubled)."""
     return text.replace("'", "''")

@@ -102,7 +102,8 @@ def _open(data_dir: str) -> Any:
 def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
     """Run QUERY (DuckDB SQL) over the data dir, or open a shell without one.
 
-    Views: spans, traces, llm_calls, tool_calls, retrievals, kept_traces, baseline_traces. Table macros:
+    Views: spans, traces, llm_calls, tool_calls, retrievals, kept_traces, baseline_traces, findings
+    (DATA/findings/findings.parquet, reclassified first when new files landed). Table macros:
     descendants(trace_id, span_id), ancestors(trace_id, span_id), span_path(trace_id, span_id). The shell
     runs a statement once a line ends with ';' and knows .tables, .schema VIEW, .help and .quit. Python
     twin: tailcut.analysis.Dataset.sql.
