@@ -12,14 +12,16 @@ tail-kept differences are reported beside the population one.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import AnalysisError
 from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
+from tailcut.analysis._power import POWER, Guidance, guidance, traces_per_group
 from tailcut.analysis._records import difference_record
 from tailcut.analysis._verdict import ADJUSTMENT, Verdict, compare_groups
 
@@ -37,6 +39,8 @@ class CategoryComparison:
     verdict: Verdict
     first: CategoryRate
     second: CategoryRate
+    #: the MDE of the representative test, and what a verdict it could not make would need
+    guidance: Guidance
 
     def to_record(self) -> dict[str, Any]:
         """The category's verdict, p-values and the three differences B − A (see ``_records``)."""
@@ -51,6 +55,7 @@ class CategoryComparison:
             "population": difference_record(verdict.population),
             "baseline": difference_record(verdict.baseline),
             "tail": difference_record(verdict.tail),
+            "sample_size": self.guidance.to_record(),
         }
 
 
@@ -66,6 +71,8 @@ class Comparison:
         Group A (the reference) and group B (the candidate).
     first_traces, second_traces : int
         Kept traces in each group.
+    first_seen, second_seen : int
+        Traces seen in each group, kept or dropped.
     categories : list of CategoryComparison
         In the order of ``CATEGORIES``.
     """
@@ -75,6 +82,8 @@ class Comparison:
     second_label: str
     first_traces: int
     second_traces: int
+    first_seen: int
+    second_seen: int
     categories: list[CategoryComparison]
     #: one minus the family-wise error rate the verdicts hold
     confidence: float = stats.DEFAULT_CONFIDENCE
@@ -88,8 +97,8 @@ class Comparison:
         return {
             "kind": "groups",
             "description": self.description,
-            "a": {"label": self.first_label, "traces": self.first_traces},
-            "b": {"label": self.second_label, "traces": self.second_traces},
+            "a": {"label": self.first_label, "traces": self.first_traces, "seen": self.first_seen},
+            "b": {"label": self.second_label, "traces": self.second_traces, "seen": self.second_seen},
             "family": {
                 "method": ADJUSTMENT,
                 "error_rate": round(1 - self.confidence, 12),
@@ -111,6 +120,7 @@ class Comparison:
         table.add_column("category")
         table.add_column("verdict")
         table.add_column("verdict level\n(Holm)", justify="right")
+        table.add_column("detectable\n(80% power)", justify="right")
         table.add_column(f"population (1/π weighted)\n{b} − {a}\n(rate {a} → {b})")
         table.add_column(f"baseline slice\n{b} − {a}\n(hits/traces {a} → {b})")
         table.add_column(f"tail-kept\n{b} − {a}\n(hits/traces {a} → {b})")
@@ -121,6 +131,7 @@ class Comparison:
                 row.category,
                 f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]",
                 f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}",
+                _detectable(row.guidance),
                 _difference_cell(verdict.population, rates=True) if verdict.population else "-",
                 _difference_cell(verdict.baseline),
                 _difference_cell(verdict.tail),
@@ -132,8 +143,13 @@ class Comparison:
             "from the uniform baseline slice); a change seen only among tail-kept traces is "
             f"'confined to tail sample'. Family-wise error rate {1 - self.confidence:.0%} over "
             f"{len(self.categories)} categories (Holm): each row's intervals are at its Holm level, "
-            "p is Holm-adjusted."
+            "p is Holm-adjusted. 'detectable' is the smallest rise the population test detects 80% "
+            "of the time at the sizes in hand."
         )
+        for row in self.categories:
+            hint = row.guidance.hint()
+            if hint is not None:
+                console.print(f"{row.category}: {row.verdict.label}; {hint}")
 
 
 def _difference_cell(difference: stats.Difference, *, rates: bool = False) -> str:
@@ -145,6 +161,10 @@ def _difference_cell(difference: stats.Difference, *, rates: bool = False) -> st
         below = f"{before.successes:.0f}/{before.n} → {after.successes:.0f}/{after.n}"
     low, high = difference.low * 100, difference.high * 100
     return f"{difference.value * 100:+.1f} pp [{low:+.1f}, {high:+.1f}]\n{below}"
+
+
+def _detectable(guide: Guidance) -> str:
+    return f"+{guide.detectable * 100:.1f} pp" if guide.detectable is not None else "none at this size"
 
 
 def _p(value: float | None) -> str:
@@ -171,8 +191,26 @@ def _compare(
     verdicts = compare_groups(
         {c: first.counts(c) for c in CATEGORIES}, {c: second.counts(c) for c in CATEGORIES}
     )
-    rows = [CategoryComparison(c, verdicts[c], first.rate(c), second.rate(c)) for c in CATEGORIES]
-    return Comparison(description, labels[0], labels[1], first.size, second.size, rows)
+    seen = (first.population, second.population)
+    rows = [
+        CategoryComparison(c, verdicts[c], first.rate(c), second.rate(c), _guidance(verdicts[c], seen))
+        for c in CATEGORIES
+    ]
+    return Comparison(description, labels[0], labels[1], first.size, second.size, *seen, rows)
+
+
+def _guidance(verdict: Verdict, seen: tuple[int, int]) -> Guidance:
+    """Sample-size guidance for the representative test of one verdict, at its level."""
+    test = verdict.representative
+    a, b = test.second, test.first
+    return guidance(
+        a.value,
+        (a.n_effective, b.n_effective),
+        seen,
+        test.value,
+        confidence=verdict.confidence,
+        decided=verdict.label in ("regression", "improvement"),
+    )
 
 
 def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Comparison:
@@ -246,3 +284,104 @@ def _utc(moment: dt.datetime) -> dt.datetime:
 def labels_of(values: Sequence[Any]) -> list[str]:
     """Distinct values of a column as text (for error messages that list the choices)."""
     return sorted({str(v) for v in values if v is not None})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``tailcut compare --plan RATE DELTA`` prints: traces per group a change needs.
+
+    Attributes
+    ----------
+    rate, delta : float
+        The failure rate in group A and the change to detect (B − A).
+    confidence : float
+        The strictest Holm level of six categories, ``1 − 0.05/6``: the size holds whatever the others do.
+    uniform : int
+        Traces per group when every one is observed (or in a uniform sample of each group).
+    baseline_share : float or None
+        The data dir's baseline slice, as a share of the traces seen (None without ``--data``).
+    per_category : list of tuple
+        ``(category, effective traces per trace seen, traces seen per group)`` under the data dir's
+        policies, from each category's population estimate (its information per trace at its own rate).
+    """
+
+    rate: float
+    delta: float
+    confidence: float
+    uniform: int
+    baseline_share: float | None = None
+    per_category: list[tuple[str, float, int | None]] = field(default_factory=list)
+
+    def labels(self) -> set[str]:
+        """A plan has no verdicts."""
+        return set()
+
+    @property
+    def baseline_only(self) -> int | None:
+        """Traces seen per group when the baseline slice alone decides."""
+        if not self.baseline_share:
+            return None
+        return math.ceil(self.uniform / self.baseline_share)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "rate": self.rate,
+            "delta": self.delta,
+            "power": POWER,
+            "confidence": self.confidence,
+            "traces_per_group": self.uniform,
+            "baseline_share": self.baseline_share,
+            "baseline_slice_traces_per_group": self.baseline_only,
+            "categories": self.rows(),
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {"category": c, "effective_per_trace": ratio, "traces_per_group": n}
+            for c, ratio, n in self.per_category
+        ]
+
+    def render_terminal(self, console: Console) -> None:
+        console.print(
+            f"to detect {self.rate:.1%} → {self.rate + self.delta:.1%} with {POWER:.0%} power at "
+            f"{self.confidence:.2%} (Holm's strictest step over 6 categories): {self.uniform:,} traces "
+            "per group, every one observed or a uniform sample"
+        )
+        if self.baseline_only is not None:
+            console.print(
+                f"under this data dir's policies: {self.baseline_only:,} traces seen per group for the "
+                f"baseline slice alone ({self.baseline_share:.1%} of traces); with the policy-kept "
+                "failures counted (the population estimate compare uses), per category:"
+            )
+            for category, ratio, n in self.per_category:
+                needed = f"{n:,}" if n is not None else "-"
+                console.print(
+                    f"  {category}: {needed} traces seen per group ({ratio:.2f} effective per trace)"
+                )
+
+
+def plan(rate: float, delta: float, dataset: Dataset | None = None) -> Plan:
+    """Traces per group to detect ``rate`` → ``rate + delta``, and under ``dataset``'s policies if given.
+
+    Raises
+    ------
+    StatisticsInputError
+        If the rate or the change is out of range.
+    """
+    from tailcut.analysis._estimates import category_rates
+
+    confidence = 1 - (1 - stats.DEFAULT_CONFIDENCE) / len(CATEGORIES)
+    uniform = traces_per_group(rate, delta, confidence=confidence)
+    if dataset is None:
+        return Plan(rate, delta, confidence, uniform)
+    ((seen, members),) = dataset.connection.execute(
+        "SELECT count(*), count(*) FILTER (WHERE baseline) FROM traces"
+    ).fetchall()
+    if not seen:
+        raise AnalysisError(f"{dataset.location}: no traces seen; plan without --data")
+    rows = []
+    for category in category_rates(dataset):
+        weighted = category.weighted
+        ratio = weighted.n_effective / seen if weighted is not None else 0.0
+        rows.append((category.category, ratio, math.ceil(uniform / ratio) if ratio > 0 else None))
+    return Plan(rate, delta, confidence, uniform, members / seen if members else None, rows)

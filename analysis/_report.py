@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 
 from tailcut.analysis import stats
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
+from tailcut.analysis._power import POWER, detectable_difference
 from tailcut.analysis._records import estimate_record, value_record
 
 if TYPE_CHECKING:
@@ -146,6 +147,12 @@ class Report:
                 "kept_hits": rate.kept_hits,
                 "weighted": estimate_record(rate.weighted),
                 "baseline": estimate_record(rate.baseline),
+                "sample_size": {
+                    "weighted_detectable_difference": _detectable(rate.weighted),
+                    "baseline_detectable_difference": _detectable(rate.baseline),
+                    "power": POWER,
+                    "confidence": stats.DEFAULT_CONFIDENCE,
+                },
             }
             if self.truth is not None:
                 row["truth"] = self.truth.get(rate.category)
@@ -190,6 +197,7 @@ class Report:
         baseline = _estimate_column([rate.baseline for rate in self.categories])
         categories.add_column(f"kept, 1/π weighted (HT){weighted.header}")
         categories.add_column(f"baseline slice{baseline.header}")
+        categories.add_column("detectable change\nHT / slice (80%)", justify="right")
         if self.truth is not None:
             categories.add_column("true rate", justify="right")
         for rate in self.categories:
@@ -198,12 +206,19 @@ class Report:
                 str(rate.kept_hits),
                 weighted.cell(rate.weighted, "-"),
                 baseline.cell(rate.baseline, "- (no baseline slice)"),
+                f"{_pp(_detectable(rate.weighted))} / {_pp(_detectable(rate.baseline))}",
             ]
             if self.truth is not None:
                 truth = self.truth.get(rate.category)
                 cells.append(f"{truth:.1%}" if truth is not None else "-")
             categories.add_row(*cells)
         tables.append(categories)
+        notes = Table.grid()
+        notes.add_row(
+            "[dim]detectable change: the smallest rise from each rate that a comparison of two groups "
+            "this size detects with 80% power at 95% (`tailcut compare --plan RATE DELTA` for a plan)[/]"
+        )
+        tables.append(notes)
         population = Table(title="population (exact, every trace seen)", title_justify="left")
         population.add_column("quantity")
         population.add_column("estimate")
@@ -303,6 +318,17 @@ def _incidents(dataset: Dataset, per_category: int = 5) -> list[tuple[str, str, 
         [per_category],
     ).fetchall()
     return [(str(c), str(t), s, str(b)) for c, t, s, b in rows]
+
+
+def _detectable(estimate: stats.Estimate | None) -> float | None:
+    """The MDE of two groups of this estimate's effective size, from its rate (None: no estimate, or none)."""
+    if estimate is None or estimate.n_effective <= 0:
+        return None
+    return detectable_difference(estimate.value, estimate.n_effective, estimate.n_effective)
+
+
+def _pp(value: float | None) -> str:
+    return "-" if value is None else f"+{value * 100:.1f} pp"
 
 
 def _finding_record(key: str, row: CountRow) -> dict[str, Any]:

@@ -319,6 +319,13 @@ def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     callback=_fail_on,
     help="Exit 1 when any verdict is one of these labels (comma-separated or repeated), e.g. regression.",
 )
+@click.option(
+    "--plan",
+    nargs=2,
+    metavar="RATE DELTA",
+    help="Print the traces per group needed to detect RATE → RATE + DELTA (0.05 or 5%); --data adds "
+    "the data dir's policies.",
+)
 @_report_format_option
 @click.argument("values", nargs=-1)
 @_reads_data
@@ -328,6 +335,7 @@ def compare(
     windows: tuple[tuple[str, str], ...],
     results: tuple[str, str] | None,
     fail_on: frozenset[str],
+    plan: tuple[str, str] | None,
     fmt: str,
     values: tuple[str, ...],
 ) -> None:
@@ -338,15 +346,22 @@ def compare(
       tailcut compare --data DIR --window 2026-11-01 2026-11-08 --window 2026-11-08 2026-11-15
       tailcut compare --results before.parquet after.parquet
       tailcut compare --data DIR --by harness_revision v1 v2 --fail-on regression --format json
+      tailcut compare --plan 5% 2% --data DIR
 
     Verdicts: regression / improvement (the population estimate's interval excludes 0: policy-kept
     failures counted against every trace seen, the rest from the baseline slice), confined to tail
     sample (only the tail-kept interval does), no evidence. The six categories are one family: Holm's
     method holds the chance of any false regression or improvement at 5%. --fail-on regression exits 1
-    when a category's verdict is regression (for CI). Python twins: tailcut.analysis.compare_by,
-    compare_windows, compare_results.
+    when a category's verdict is regression (for CI). Each row shows the smallest rise its test detects
+    with 80% power, and a category without a verdict says what traffic would give one. Python twins:
+    tailcut.analysis.compare_by, compare_windows, compare_results.
     """
-    comparison = _comparison(data_dir, column, windows, results, values)
+    if plan:
+        if column or windows or results or values or fail_on:
+            raise click.UsageError("--plan RATE DELTA takes only --data and --format")
+        comparison = _plan(plan, data_dir)
+    else:
+        comparison = _comparison(data_dir, column, windows, results, values)
     if fmt == "table":
         comparison.render_terminal(_console())
     else:
@@ -355,6 +370,21 @@ def compare(
     if failed:
         click.echo(f"tailcut compare: failing on verdict {', '.join(failed)} (--fail-on)", err=True)
         sys.exit(1)
+
+
+def _fraction(text: str, name: str) -> float:
+    """``0.05`` or ``5%`` as a fraction."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise click.BadParameter(f"{name} {text!r} is not a number such as 0.05 or 5%") from None
+
+
+def _plan(plan: tuple[str, str], data_dir: str | None) -> Any:
+    from tailcut.analysis._compare import plan as make_plan
+
+    rate, delta = _fraction(plan[0], "RATE"), _fraction(plan[1], "DELTA")
+    return make_plan(rate, delta, _open(data_dir) if data_dir else None)
 
 
 def _comparison(

@@ -2,15 +2,17 @@
 
 Data dirs are written the way production writes them: spans through the OTel SDK into the embedded
 ``ParquetSpanExporter``, or the demo fleet (the real ``openai`` SDK against the scripted model server).
-The fleet's data dir is built once per test session (:func:`fleet_data`). :func:`tail_sample` rewrites a
-data dir the way the collector's design decides: every failing trace kept with π = 1, the rest kept
-only when in a uniform slice decided from the trace id (π = p, ``baseline`` true), spans of dropped
-traces deleted, and a ``traces`` row left for every trace.
+The fleet's data dir is built once per test session (:func:`fleet_data`), then put on a scripted clock
+(:func:`scripted_clock`) so that no duration a rule reads depends on how busy the host was.
+:func:`tail_sample` rewrites a data dir the way the collector's design decides: every failing trace
+kept with π = 1, the rest kept only when in a uniform slice decided from the trace id (π = p,
+``baseline`` true), spans of dropped traces deleted, and a ``traces`` row left for every trace.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -94,8 +96,100 @@ def fleet_data(tmp_path_factory: Any) -> FleetData:
             os.environ[MODEL_URL_ENV] = old_url
         _config.install(previous)
         provider.shutdown()
+    scripted_clock(path)
     _FLEETS["fleet"] = FleetData(path, runs)
     return _FLEETS["fleet"]
+
+
+#: One tick of the scripted clock.
+TICK_NS = 1_000_000
+
+
+def scripted_clock(data: Path) -> None:
+    """Re-time every trace of ``data`` on a scripted clock, in place: the k-th span start or end of a
+    trace (in recorded order) happens k ticks after the trace's first start.
+
+    Every order relation of the record (nesting, siblings one after another, which call came first)
+    is kept, while each duration becomes a count of the steps inside it: the same whatever the host's
+    speed. ``duration_ms``, ``self_time_ms`` and the ``traces`` times are recomputed to match.
+    """
+    import numpy as np
+
+    spans = read_table(data, "spans").sort_by([("trace_id", "ascending"), ("span_index", "ascending")])
+    traces = read_table(data, "traces")
+    trace_ids = spans.column("trace_id").to_numpy(zero_copy_only=False)
+    start = spans.column("start_time").cast(pa.int64()).to_numpy()
+    end = spans.column("end_time").cast(pa.int64()).to_numpy()
+    depth = spans.column("depth").to_numpy()
+    parents = spans.column("parent_span_id").to_pylist()
+    ids = spans.column("span_id").to_pylist()
+    new_start, new_end = start.copy(), end.copy()
+    bounds = np.flatnonzero(np.r_[True, trace_ids[1:] != trace_ids[:-1], True])
+    for first, last in itertools.pairwise(bounds):
+        rows = range(first, last)
+        # ends before starts at a tie (no overlap is made up), inner spans' ends before outer ones
+        events = sorted(
+            [(start[i], 1, depth[i], i, 0) for i in rows] + [(end[i], 0, -depth[i], i, 1) for i in rows]
+        )
+        origin = start[first:last].min()
+        for rank, (_, _, _, i, is_end) in enumerate(events):
+            (new_end if is_end else new_start)[i] = origin + rank * TICK_NS
+    duration = (new_end - new_start) / 1e6
+    children: dict[tuple[str, str], list[int]] = {}
+    for i, parent in enumerate(parents):
+        if parent is not None:
+            children.setdefault((trace_ids[i], parent), []).append(i)
+    self_time = duration.copy()
+    for i, span_id in enumerate(ids):
+        covered, reach = 0, None
+        for j in sorted(children.get((trace_ids[i], span_id), []), key=lambda j: new_start[j]):
+            low, high = max(new_start[j], new_start[i]), min(new_end[j], new_end[i])
+            if reach is not None:
+                low = max(low, reach)
+            if high > low:
+                covered += high - low
+            reach = high if reach is None else max(reach, high)
+        self_time[i] = max(duration[i] - covered / 1e6, 0.0)
+    for name, values in (
+        ("start_time", pa.array(new_start).cast(schema.TIMESTAMP)),
+        ("end_time", pa.array(new_end).cast(schema.TIMESTAMP)),
+        ("duration_ms", pa.array(duration)),
+        ("self_time_ms", pa.array(self_time)),
+    ):
+        spans = spans.set_column(spans.schema.get_field_index(name), name, values)
+    span_times = {
+        trace: (lo, hi)
+        for trace, lo, hi in zip(
+            *(
+                spans.group_by("trace_id")
+                .aggregate([("start_time", "min"), ("end_time", "max")])
+                .column(c)
+                .to_pylist()
+                for c in ("trace_id", "start_time_min", "end_time_max")
+            ),
+            strict=True,
+        )
+    }
+    trace_rows = traces.column("trace_id").to_pylist()
+    starts = [span_times.get(t, (None, None))[0] for t in trace_rows]
+    ends = [span_times.get(t, (None, None))[1] for t in trace_rows]
+    for name, values in (("start_time", starts), ("end_time", ends)):
+        traces = traces.set_column(
+            traces.schema.get_field_index(name), name, pa.array(values, schema.TIMESTAMP)
+        )
+    durations = [
+        (e - s).total_seconds() * 1000 if s is not None and e is not None else None
+        for s, e in zip(starts, ends, strict=True)
+    ]
+    traces = traces.set_column(
+        traces.schema.get_field_index("duration_ms"), "duration_ms", pa.array(durations, pa.float64())
+    )
+    for table in ("spans", "traces"):
+        for part in (data / table).glob("**/*.parquet"):
+            part.unlink()
+    with DataDirWriter(data) as writer:
+        writer.write_spans(spans)
+        writer.write_traces(traces)
 
 
 def in_slice(trace_id: str, probability: float, salt: str = "") -> bool:

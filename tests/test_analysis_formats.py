@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any
 
 import pytest
@@ -38,6 +39,14 @@ CATEGORY_VERDICT = {
     "population",
     "baseline",
     "tail",
+    "sample_size",
+}
+SAMPLE_SIZE = {
+    "detectable_difference",
+    "power",
+    "confidence",
+    "traces_per_group_needed",
+    "baseline_percent_needed",
 }
 CATEGORIES = {"error", "schema_violation", "schema_drift", "tool_loop", "cost_blowup", "silent_degradation"}
 
@@ -105,7 +114,7 @@ def test_compare_json_has_the_documented_keys_and_holm(revisions):
     record = json.loads(result.output)
     assert set(record) == {"kind", "description", "a", "b", "family", "categories"}
     assert record["family"] == {"method": "holm", "error_rate": 0.05, "tests": 6}
-    assert record["a"]["label"] == "v1" and record["a"]["traces"] > 0
+    assert record["a"]["label"] == "v1" and 0 < record["a"]["traces"] <= record["a"]["seen"]
     assert {row["category"] for row in record["categories"]} == CATEGORIES
     for row in record["categories"]:
         assert set(row) == CATEGORY_VERDICT
@@ -114,6 +123,10 @@ def test_compare_json_has_the_documented_keys_and_holm(revisions):
         assert row["population"]["a"]["sample"] == "kept (1/π weighted)"
         assert row["baseline"]["a"]["sample"] == "baseline slice"
         assert row["p_value"] <= row["adjusted_p_value"] <= 1
+        assert set(row["sample_size"]) == SAMPLE_SIZE
+        assert row["sample_size"]["power"] == 0.8 and row["sample_size"]["confidence"] == row["confidence"]
+        if row["verdict"] in ("regression", "improvement"):
+            assert row["sample_size"]["traces_per_group_needed"] is None
     verdicts = {row["category"]: row["verdict"] for row in record["categories"]}
     assert verdicts["silent_degradation"] == "improvement"
 
@@ -188,7 +201,13 @@ def test_report_json_and_csv(revisions):
         "spans",
     }
     for row in record["categories"]:
-        assert set(row) == {"category", "kept_hits", "weighted", "baseline"}
+        assert set(row) == {"category", "kept_hits", "weighted", "baseline", "sample_size"}
+        assert set(row["sample_size"]) == {
+            "weighted_detectable_difference",
+            "baseline_detectable_difference",
+            "power",
+            "confidence",
+        }
         _estimate(row["weighted"])
         _estimate(row["baseline"])
     for row in record["population"]:
@@ -282,3 +301,31 @@ def test_compare_results_json_and_fail_on(tmp_path):
     assert sample["sample"] == "baseline slice" and sample["broken"] == 20
     _estimate(sample["pass_a"])
     _difference(sample["fail_rate_change"])
+
+
+def test_compare_plan_prints_traces_per_group(revisions):
+    alone = run("compare", "--plan", "5%", "2%")
+    assert alone.exit_code == 0, alone.output
+    assert "3,414 traces per group" in alone.output  # 5% → 7%, 80% power at 1 − 0.05/6
+    result = run("compare", "--plan", "0.05", "0.02", "--data", str(revisions), "--format", "json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert set(record) == {
+        "rate",
+        "delta",
+        "power",
+        "confidence",
+        "traces_per_group",
+        "baseline_share",
+        "baseline_slice_traces_per_group",
+        "categories",
+    }
+    assert record["traces_per_group"] == 3414 and record["confidence"] == pytest.approx(1 - 0.05 / 6)
+    assert record["baseline_slice_traces_per_group"] == math.ceil(3414 / record["baseline_share"])
+    assert {row["category"] for row in record["categories"]} == CATEGORIES
+    for row in record["categories"]:
+        # counting the policy-kept failures needs fewer traces than the slice alone
+        assert row["traces_per_group"] <= record["baseline_slice_traces_per_group"]
+    bad = run("compare", "--plan", "0.05", "x")
+    assert bad.exit_code == 2 and "DELTA 'x' is not a number" in bad.output
+    assert run("compare", "--plan", "0.05", "0").exit_code == 1

@@ -715,9 +715,7 @@ def test_wilson_interval_agrees_with_statsmodels(count: tuple[int, int]) -> None
     st.integers(1, 1000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
     st.integers(1, 1000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
 )
-def test_newcombe_difference_agrees_with_statsmodels(
-    first: tuple[int, int], second: tuple[int, int]
-) -> None:
+def test_newcombe_difference_agrees_with_statsmodels(first: tuple[int, int], second: tuple[int, int]) -> None:
     expected = confint_proportions_2indep(*first, *second, method="newcomb", compare="diff", alpha=0.05)
     got = newcombe_difference(*first, *second, sample="baseline slice")
     assert (got.low, got.high) == pytest.approx(expected, abs=1e-9)
