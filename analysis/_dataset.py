@@ -299,8 +299,17 @@ class Dataset:
         return frame
 
     # --- trees, findings, selection ------------------------------------------------------------------------
-    def tree(self, trace_id: str) -> SpanTree:
+    def tree(self, trace_id: str, *, payloads: bool = False, full: bool = False) -> SpanTree:
         """One trace's spans as a tree (what ``tailcut tree`` shows).
+
+        Parameters
+        ----------
+        trace_id : str
+            The trace, 32 hex characters.
+        payloads : bool, default False
+            Also each span's request and response (offloaded ones resolved), abridged unless ``full``.
+        full : bool, default False
+            Whole payloads instead of their first 200 characters.
 
         Raises
         ------
@@ -309,7 +318,7 @@ class Dataset:
         """
         from tailcut.analysis._tree import load_tree
 
-        tree = load_tree(self, trace_id)
+        tree = load_tree(self, trace_id, payloads=payloads or full, full=full)
         if tree is None:
             raise UnknownTraceError(f"no spans of trace {trace_id} in {self.location}")
         return tree

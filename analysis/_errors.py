@@ -22,7 +22,7 @@ class QueryError(AnalysisError, ValueError):
     Attributes
     ----------
     message : str
-        DuckDB's message, first line (e.g. ``Binder Error: Referenced column "x" not found ...``).
+        DuckDB's message with its hints on one line (e.g. ``Catalog Error: ... Did you mean "traces"?``).
     line, column : int or None
         1-based position in the query DuckDB pointed at, when it did.
     """
@@ -81,28 +81,39 @@ class ResultsFileError(AnalysisError, ValueError):
 
 
 def query_error(error: Exception, query: str | None = None) -> QueryError:
-    """DuckDB's error as a :class:`QueryError`: its first line, and the position its caret marks.
+    """DuckDB's error as a :class:`QueryError`: its message with its hints, and the position its caret marks.
 
     DuckDB ends a message that points into the query with ``LINE n: <text>`` and a line of carets under
     the offending token; both are folded into the position, so the message fits on one line. DuckDB
-    shows a long line as a window (``...text...``); given the ``query``, the window is found in it.
+    shows a long line as a window (``...text...``); given the ``query``, the window is found in it. The
+    lines DuckDB adds to help (``Did you mean "traces"?``, ``Candidate bindings: "trace_id"``) are kept,
+    joined to the first with spaces.
     """
     lines = str(error).splitlines()
-    message = lines[0].strip() if lines else type(error).__name__
-    for i, text in enumerate(lines[:-1]):
-        match = _LINE.match(text)
-        caret = lines[i + 1]
-        if match is None or "^" not in caret:
+    position: tuple[int, int] | None = None
+    hints: list[str] = []
+    skip = False
+    for i, text in enumerate(lines):
+        if skip:
+            skip = False
             continue
-        line = int(match.group(1))
-        offset = caret.index("^") - match.end(1) - 2
-        shown = match.group(2)
-        if shown.startswith("...") and query is not None:
-            source = query.splitlines()[line - 1] if line <= len(query.splitlines()) else ""
-            window = source.find(shown[3:].removesuffix("..."))
-            offset += window - 3 if window >= 0 else 0
-        return QueryError(message, line, offset + 1)
-    return QueryError(message)
+        match = _LINE.match(text)
+        caret = lines[i + 1] if i + 1 < len(lines) else ""
+        if match is not None and "^" in caret:
+            skip = True
+            if position is None:
+                line = int(match.group(1))
+                offset = caret.index("^") - match.end(1) - 2
+                shown = match.group(2)
+                if shown.startswith("...") and query is not None:
+                    source = query.splitlines()[line - 1] if line <= len(query.splitlines()) else ""
+                    window = source.find(shown[3:].removesuffix("..."))
+                    offset += window - 3 if window >= 0 else 0
+                position = (line, offset + 1)
+        elif text.strip():
+            hints.append(text.strip())
+    message = " ".join(hints) if hints else type(error).__name__
+    return QueryError(message, *(position or (None, None)))
 
 
 _LINE: Final = re.compile(r"^LINE (\d+): (.*)$")

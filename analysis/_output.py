@@ -1,8 +1,10 @@
 """Query results as a terminal table, CSV, JSON or Parquet (``tailcut sql --format``).
 
 Nested values (maps, lists, structs, JSON) have no CSV cell type, so CSV writes them as JSON text; JSON
-writes one array of row objects; Parquet keeps the Arrow types. A file is written under a temporary
-name and renamed, so a failed write leaves nothing behind.
+writes one array of row objects; Parquet keeps the Arrow types. Nanosecond times (every span and trace
+time) print as ISO 8601 text with all nine digits, ``2026-11-29T10:00:00.123456789+00:00``: Python's
+datetime holds only microseconds, so they never pass through it (times nested in lists or maps do). A
+file is written under a temporary name and renamed, so a failed write leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -42,10 +44,23 @@ def _microseconds(type_: pa.DataType) -> pa.DataType:
     return type_
 
 
+def _nanosecond_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A nanosecond timestamp column as ISO 8601 text with nine fractional digits (and ``+HH:MM``)."""
+    import pyarrow.compute as pc
+
+    zoned = column.type.tz is not None
+    text = pc.strftime(column, "%Y-%m-%dT%H:%M:%S%z" if zoned else "%Y-%m-%dT%H:%M:%S")
+    return pc.replace_substring_regex(text, r"([+-]\d\d)(\d\d)$", r"\1:\2") if zoned else text
+
+
 def to_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """The rows as dicts; nanosecond times are cut to microseconds (Python's datetime holds no more)."""
+    """The rows as dicts; top-level nanosecond times as ISO text with every digit, nested ones cut to
+    microseconds (Python's datetime holds no more)."""
     import pyarrow as pa
 
+    for index, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            table = table.set_column(index, field.name, _nanosecond_text(table.column(index)))
     schema = pa.schema([f.with_type(_microseconds(f.type)) for f in table.schema])
     if schema != table.schema:
         table = table.cast(schema, safe=False)

@@ -17,6 +17,7 @@ from tailcut.analysis._errors import AnalysisError
 from tailcut.analysis._output import print_table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from rich.console import Console
 
     from tailcut.analysis._dataset import Dataset
@@ -66,6 +67,28 @@ def _command(dataset: Dataset, line: str, console: Console) -> bool:
     else:
         raise AnalysisError(f"unknown command {name}; try .help")
     return True
+
+
+def dot_query(dataset: Dataset, line: str) -> pa.Table:
+    """``.tables`` or ``.schema VIEW`` given as ``tailcut sql``'s query: its answer as rows.
+
+    ``.tables`` gives one ``name`` per view; ``.schema VIEW`` a ``column`` and ``type`` per column, so
+    ``--format json|csv`` and ``--out`` apply as to any query.
+    """
+    import pyarrow as pa
+
+    name, _, argument = line.strip().partition(" ")
+    if name == ".tables":
+        return pa.table({"name": pa.array(dataset.tables(), pa.string())})
+    if name == ".schema":
+        if not argument.strip():
+            raise AnalysisError(".schema needs a view name, e.g. .schema spans")
+        columns = dataset.schema(argument.strip())
+        return pa.table(
+            {"column": [c for c, _ in columns], "type": [t for _, t in columns]},
+            schema=pa.schema([("column", pa.string()), ("type", pa.string())]),
+        )
+    raise AnalysisError(f"{name} works in the shell only; as a query give .tables or .schema VIEW")
 
 
 def run_shell(dataset: Dataset, console: Console, *, interactive: bool) -> None:

@@ -1,7 +1,9 @@
 """One trace as a tree: what ``tailcut tree`` prints (indented and coloured) or writes as JSON.
 
 The tree is rebuilt from ``parent_span_id`` (not from the nested-set columns), so a trace with late
-spans or orphans still shows every span: orphans appear as extra roots after the real one.
+spans or orphans still shows every span: orphans appear as extra roots after the real one. With
+payloads, each span also shows what it sent (``request``) and received (``response``), offloaded ones
+resolved from ``DATA/payloads``, abridged to :data:`ABRIDGED` characters unless asked in full.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ _COLUMNS: Final = (
     "span_index",
     "is_orphan",
 )
+#: Characters of a request or response shown per span unless the full payload is asked for.
+ABRIDGED: Final = 200
+_PAYLOADS: Final = ("request", "response")
 _KIND_STYLES: Final = {
     "root": "bold magenta",
     "agent": "magenta",
@@ -63,7 +68,17 @@ class SpanNode:
         return {**values, "children": [child.to_dict() for child in self.children]}
 
     def label(self) -> str:
-        """One line: kind, name, boundary#occurrence, duration, tokens, status and the error's first line."""
+        """One line: kind, name, boundary#occurrence, duration, tokens, status and the error's first line;
+        then one line each for the request and response when they were loaded."""
+        from rich.markup import escape
+
+        line = self._headline()
+        for name, arrow in zip(_PAYLOADS, ("→", "←"), strict=True):
+            if self.span.get(name) is not None:
+                line += f"\n[dim]{arrow} {name}:[/] {escape(self.span[name])}"
+        return line
+
+    def _headline(self) -> str:
         from rich.markup import escape
 
         s = self.span
@@ -134,19 +149,60 @@ class SpanTree:
         console.print(self.rich_tree())
 
 
-def load_tree(dataset: Dataset, trace_id: str) -> SpanTree | None:
-    """The tree of ``trace_id``, or None when the data dir has none of its spans."""
+def abridge(text: str, limit: int = ABRIDGED) -> str:
+    """``text`` on one line, cut to ``limit`` characters with a note of how long it was.
+
+    Examples
+    --------
+    >>> abridge('{"a":   1}')
+    '{"a": 1}'
+    >>> abridge("x" * 300, 10)
+    'xxxxxxxxxx… (300 characters; --full shows all)'
+    """
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    return f"{flat[:limit]}… ({len(flat)} characters; --full shows all)"
+
+
+def _payload(text: str | None, location: str, *, full: bool) -> str | None:
+    """A stored request/response as shown: offloaded payloads resolved (local data dirs), abridged."""
+    if text is None:
+        return None
+    from tailcut.analysis._source import is_remote
+    from tailcut.exporters._payloads import data_dir_store, resolve_payload
+    from tailcut.payloads import PayloadStoreError
+
+    if not is_remote(location):
+        try:
+            text = resolve_payload(text, [data_dir_store(location)])
+        except PayloadStoreError as exc:
+            text = f"(offloaded payload not readable: {exc})"
+    return text if full else abridge(text)
+
+
+def load_tree(
+    dataset: Dataset, trace_id: str, *, payloads: bool = False, full: bool = False
+) -> SpanTree | None:
+    """The tree of ``trace_id``, or None when the data dir has none of its spans.
+
+    ``payloads`` adds each span's ``request`` and ``response`` (abridged unless ``full``).
+    """
     from tailcut.analysis._output import to_rows
 
+    columns = [*_COLUMNS, *(f"{name}::VARCHAR AS {name}" for name in _PAYLOADS if payloads)]
     spans = to_rows(
         dataset.sql_arrow(
-            f"SELECT {', '.join(_COLUMNS)} FROM spans WHERE trace_id = ? "
+            f"SELECT {', '.join(columns)} FROM spans WHERE trace_id = ? "
             "ORDER BY start_time, span_index, span_id",
             params=[trace_id],
         )
     )
     if not spans:
         return None
+    for span in spans if payloads else ():
+        for name in _PAYLOADS:
+            span[name] = _payload(span[name], dataset.location, full=full)
     traces = dataset.sql_arrow("SELECT * EXCLUDE (dt) FROM traces WHERE trace_id = ?", params=[trace_id])
     nodes = {}
     for span in spans:

@@ -105,8 +105,9 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
     Views: spans, traces, llm_calls, tool_calls, retrievals, kept_traces, baseline_traces, findings
     (DATA/findings/findings.parquet, reclassified first when new files landed). Table macros:
     descendants(trace_id, span_id), ancestors(trace_id, span_id), span_path(trace_id, span_id). The shell
-    runs a statement once a line ends with ';' and knows .tables, .schema VIEW, .help and .quit. Python
-    twin: tailcut.analysis.Dataset.sql.
+    runs a statement once a line ends with ';' and knows .tables, .schema VIEW, .help and .quit;
+    '.tables' and '.schema VIEW' also work as QUERY. Errors keep DuckDB's hints ("Did you mean"). Times
+    keep their nanoseconds. Python twin: tailcut.analysis.Dataset.sql.
     """
     from tailcut.analysis._output import print_table, to_csv, to_json, write_file
 
@@ -116,7 +117,12 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
 
         run_shell(dataset, _console(), interactive=sys.stdin.isatty())
         return
-    table = dataset.sql_arrow(query)
+    if query.lstrip().startswith("."):
+        from tailcut.analysis._shell import dot_query
+
+        table = dot_query(dataset, query)
+    else:
+        table = dataset.sql_arrow(query)
     if out is not None:
         if fmt == "table":
             fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
@@ -137,16 +143,19 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
 @click.argument("trace_id")
 @_data_option
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON instead.")
+@click.option("--payloads", is_flag=True, help="Show each span's request and response (abridged).")
+@click.option("--full", is_flag=True, help="With --payloads: whole payloads, not their first 200 characters.")
 @_reads_data
-def tree(trace_id: str, data_dir: str, as_json: bool) -> None:
+def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool) -> None:
     """Show trace TRACE_ID as an indented span tree.
 
     Each span shows its kind, name, boundary#occurrence, duration, tokens, status and the first line of
-    its error. Python twin: tailcut.analysis.Dataset.tree.
+    its error; --payloads adds what it sent and received (offloaded payloads resolved), abridged to 200
+    characters unless --full. Times keep their nanoseconds. Python twin: tailcut.analysis.Dataset.tree.
     """
     import orjson
 
-    span_tree = _open(data_dir).tree(trace_id.lower())
+    span_tree = _open(data_dir).tree(trace_id.lower(), payloads=payloads, full=full)
     if as_json:
         click.echo(orjson.dumps(span_tree.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
