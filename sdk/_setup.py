@@ -301,15 +301,23 @@ def shutdown() -> None:
 def stats() -> dict[str, int]:
     """Counts of what the SDK exported and what it could not record (nothing is lost silently).
 
-    Keys: ``spans_exported``, ``spans_dropped``, ``spans_export_failed``, ``payloads_lost``,
-    ``payloads_unencodable`` (absent keys are zero).
+    Keys: ``spans_exported``, ``spans_dropped`` (every span lost, whatever the reason),
+    ``spans_export_failed`` (of those, the ones the exporter refused or failed on), ``payloads_lost``
+    (not stored in the payload store), ``payloads_unencodable`` (not recorded at all), ``hook_errors``
+    (a user hook such as ``redact`` raised), ``internal_errors`` (a recording step of tailcut's own
+    failed; the agent went on). Other keys appear when they are not zero.
     """
-    counts = {
-        "spans_exported": 0,
-        "spans_dropped": 0,
-        "spans_export_failed": 0,
-        "payloads_lost": 0,
-        "payloads_unencodable": 0,
-    }
+    counts = dict.fromkeys(
+        (
+            "spans_exported",
+            "spans_dropped",
+            "spans_export_failed",
+            "payloads_lost",
+            "payloads_unencodable",
+            "hook_errors",
+            "internal_errors",
+        ),
+        0,
+    )
     counts.update(_config.counters.snapshot())
     return counts
