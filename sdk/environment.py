@@ -23,8 +23,11 @@ TAILCUT_PAYLOAD_DIR: Final = "TAILCUT_PAYLOAD_DIR"
 TAILCUT_INLINE_LIMIT: Final = "TAILCUT_INLINE_LIMIT"
 #: ``false`` switches content capture off for every kind (default: ``true``).
 TAILCUT_CAPTURE_CONTENT: Final = "TAILCUT_CAPTURE_CONTENT"
-#: Span queue capacity of tailcut's batch processor (default: 65536 spans).
+#: Span queue capacity of tailcut's batch processor (default: ``OTEL_BSP_MAX_QUEUE_SIZE``, else 65536).
 TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
+#: Seconds ``tailcut.shutdown()`` (run at exit) waits for queued spans to be exported; what is still
+#: queued then is counted as lost (default: 5).
+TAILCUT_SHUTDOWN_TIMEOUT: Final = "TAILCUT_SHUTDOWN_TIMEOUT"
 
 # Standard OpenTelemetry variables tailcut honours when arguments are absent.
 OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
@@ -34,11 +37,18 @@ OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 OTEL_EXPORTER_OTLP_HEADERS: Final = "OTEL_EXPORTER_OTLP_HEADERS"
 OTEL_EXPORTER_OTLP_TRACES_HEADERS: Final = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+OTEL_BSP_MAX_QUEUE_SIZE: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
+OTEL_BSP_MAX_EXPORT_BATCH_SIZE: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+OTEL_BSP_SCHEDULE_DELAY: Final = "OTEL_BSP_SCHEDULE_DELAY"
 OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
 OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
 
 DEFAULT_INLINE_LIMIT: Final = 64 * 1024
 DEFAULT_MAX_QUEUE_SIZE: Final = 65536
+#: Spans per export call, and the longest a span waits for its batch (OpenTelemetry's default: 5000 ms).
+DEFAULT_MAX_EXPORT_BATCH_SIZE: Final = 512
+DEFAULT_SCHEDULE_DELAY_MILLIS: Final = 500
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 5.0
 DEFAULT_PAYLOAD_DIR: Final = os.path.join(".tailcut", "payloads")
 
 
@@ -61,6 +71,21 @@ def get_int(name: str, default: int, *, minimum: int = 1) -> int:
         _logger.warning(
             "tailcut: ignoring %s=%r (expected an integer >= %d); using %d", name, raw, minimum, default
         )
+        return default
+    return value
+
+
+def get_float(name: str, default: float) -> float:
+    """The variable as a number ≥ 0; a malformed value warns and gives ``default``."""
+    raw = get_str(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        _logger.warning("tailcut: ignoring %s=%r (expected a number >= 0); using %s", name, raw, default)
         return default
     return value
 
