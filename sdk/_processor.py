@@ -166,7 +166,7 @@ class RecordingSpanProcessor(BatchSpanProcessor):
     schedule_delay_millis
         Longest a span waits before its batch is exported (``OTEL_BSP_SCHEDULE_DELAY``, 500).
     shutdown_timeout
-        Seconds :meth:`shutdown` waits for queued spans (``TAILCUT_SHUTDOWN_TIMEOUT``, 5).
+        Seconds :meth:`shutdown` waits for queued spans (``TAILCUT_SHUTDOWN_TIMEOUT``, 3).
     rebuild_exporter
         Makes a fresh exporter for a forked child (see :class:`CountingExporter`).
     """

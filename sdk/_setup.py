@@ -113,7 +113,7 @@ def init(
     shutdown_timeout
         Seconds the exit (``tailcut.shutdown()``) waits for queued spans to be exported, e.g. while the
         collector is down; the spans still queued then are counted as lost and reported
-        (``TAILCUT_SHUTDOWN_TIMEOUT``, default 5).
+        (``TAILCUT_SHUTDOWN_TIMEOUT``, default 3).
     resource_attributes
         Extra resource attributes (``OTEL_RESOURCE_ATTRIBUTES`` is read as well).
     propagate_context_to_threads
@@ -317,9 +317,10 @@ def force_flush(timeout_millis: int = 30000) -> bool:
 def shutdown(timeout: float | None = None) -> None:
     """Flush and stop exporting (registered to run at exit, so a short-lived agent loses nothing).
 
-    Waits at most ``timeout`` seconds (default: ``init(shutdown_timeout=)``, ``TAILCUT_SHUTDOWN_TIMEOUT``,
-    5) for the queued spans, e.g. when the collector is unreachable; the spans not exported by then are
-    counted in ``tailcut.stats()["spans_dropped"]`` and one warning says how many were lost.
+    Waits ``timeout`` seconds at most, plus half a second for the exporter to give up (default:
+    ``init(shutdown_timeout=)``, ``TAILCUT_SHUTDOWN_TIMEOUT``, 3), for the queued spans, e.g. when the
+    collector is unreachable; the spans not exported by then are counted in
+    ``tailcut.stats()["spans_dropped"]`` and one warning says how many were lost.
     """
     global _processor, _provider
     with _init_lock:

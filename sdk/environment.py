@@ -26,7 +26,7 @@ TAILCUT_CAPTURE_CONTENT: Final = "TAILCUT_CAPTURE_CONTENT"
 #: Span queue capacity of tailcut's batch processor (default: ``OTEL_BSP_MAX_QUEUE_SIZE``, else 65536).
 TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
 #: Seconds ``tailcut.shutdown()`` (run at exit) waits for queued spans to be exported; what is still
-#: queued then is counted as lost (default: 5).
+#: queued then is counted as lost (default: 3).
 TAILCUT_SHUTDOWN_TIMEOUT: Final = "TAILCUT_SHUTDOWN_TIMEOUT"
 
 # Standard OpenTelemetry variables tailcut honours when arguments are absent.
@@ -48,7 +48,7 @@ DEFAULT_MAX_QUEUE_SIZE: Final = 65536
 #: Spans per export call, and the longest a span waits for its batch (OpenTelemetry's default: 5000 ms).
 DEFAULT_MAX_EXPORT_BATCH_SIZE: Final = 512
 DEFAULT_SCHEDULE_DELAY_MILLIS: Final = 500
-DEFAULT_SHUTDOWN_TIMEOUT: Final = 5.0
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 3.0
 DEFAULT_PAYLOAD_DIR: Final = os.path.join(".tailcut", "payloads")
 
 

@@ -13,18 +13,20 @@ from tailcut import attributes as attr
 from tests.otlp_sink import OtlpSink
 
 
-def run_agent(code: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
+def run_agent(
+    code: str, *args: str, env: dict[str, str] | None = None, cwd=None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run an agent script in a fresh interpreter (init() configures a process once)."""
     import os
 
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TAILCUT_"))}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=120,
+        timeout=timeout,
         cwd=cwd,
     )
 
