@@ -4,8 +4,11 @@ Only what the caller passes is handed to OpenTelemetry's exporters; everything l
 exporters themselves from the standard variables (``OTEL_EXPORTER_OTLP_HEADERS``,
 ``OTEL_EXPORTER_OTLP_CERTIFICATE``, ``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``,
 ``OTEL_EXPORTER_OTLP_CLIENT_KEY``, their ``_TRACES_`` forms, ``OTEL_EXPORTER_OTLP_TIMEOUT``, ...), so
-tailcut never overrides them. A bearer token becomes an ``authorization: Bearer <token>`` header, sent
-with the headers of ``OTEL_EXPORTER_OTLP_HEADERS`` (an explicit header of the same name wins).
+tailcut never overrides them. One correction: ``requests`` lets ``REQUESTS_CA_BUNDLE`` (or
+``CURL_CA_BUNDLE``) replace the CA file the HTTP exporter was given, so the exporter gets a session
+where the given CA file (argument or variable) wins. A bearer token becomes an
+``authorization: Bearer <token>`` header, sent with the headers of ``OTEL_EXPORTER_OTLP_HEADERS`` (an
+explicit header of the same name wins).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -107,7 +110,33 @@ def _http_exporter(settings: OtlpSettings, headers: dict[str, str] | None) -> Sp
         certificate_file=settings.certificate_file,
         client_certificate_file=settings.client_certificate_file,
         client_key_file=settings.client_key_file,
+        session=_session(),
     )
+
+
+_CREDENTIAL_PROVIDERS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+
+
+def _session() -> Any:
+    """A ``requests`` session where the exporter's CA file wins over ``REQUESTS_CA_BUNDLE``.
+
+    None (the exporter's own session) when a credential provider variable names a session to use.
+    """
+    if any(environment.get_str(name) for name in _CREDENTIAL_PROVIDERS):
+        return None
+    import requests
+
+    class CaFileFirstSession(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any):
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if verify is None and isinstance(self.verify, str):
+                settings["verify"] = self.verify
+            return settings
+
+    return CaFileFirstSession()
 
 
 def _grpc_exporter(settings: OtlpSettings, headers: dict[str, str] | None) -> SpanExporter:
