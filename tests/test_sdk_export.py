@@ -14,15 +14,24 @@ from tests.otlp_sink import OtlpSink
 
 
 def run_agent(
-    code: str, *args: str, env: dict[str, str] | None = None, cwd=None, timeout: float = 120
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd=None,
+    timeout: float = 120,
+    launcher: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
-    """Run an agent script in a fresh interpreter (init() configures a process once)."""
+    """Run an agent script in a fresh interpreter (init() configures a process once).
+
+    The agent sees no ``OTEL_*`` or ``TAILCUT_*`` variable of this process, only those of ``env``;
+    ``launcher`` runs it under e.g. ``opentelemetry-instrument``.
+    """
     import os
 
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TAILCUT_"))}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
+        [*launcher, sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
         env=full_env,
