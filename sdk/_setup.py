@@ -136,6 +136,8 @@ def init(
             return _provider
         if inline_limit is not None and inline_limit < 1:
             raise ConfigError(f"inline_limit must be a positive number of bytes; got {inline_limit}")
+        if max_queue_size is not None and max_queue_size < 1:
+            raise ConfigError(f"max_queue_size must be a positive number of spans; got {max_queue_size}")
         if shutdown_timeout is not None and not 0 <= shutdown_timeout < float("inf"):
             raise ConfigError(f"shutdown_timeout must be a number of seconds >= 0; got {shutdown_timeout}")
         otlp = OtlpSettings(

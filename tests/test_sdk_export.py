@@ -128,6 +128,31 @@ def test_existing_tracer_provider_is_kept():
     assert {resource["service.name"] for resource, _ in sink.spans} == {"app-owned"}
 
 
+def test_stats_count_the_exports_of_the_applications_own_pipeline():
+    """init() without an endpoint adds no exporter to an application's provider, yet stats are true."""
+    with OtlpSink() as sink:
+        done = run_agent(
+            f"""
+            from opentelemetry import trace
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            provider = TracerProvider()
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter("{sink.endpoint}/v1/traces")))
+            trace.set_tracer_provider(provider)
+            import tailcut
+            tailcut.init()
+            with tailcut.run("agent"):
+                pass
+            provider.force_flush()
+            print(tailcut.stats()["spans_exported"])
+            """
+        )
+        assert done.returncode == 0, done.stderr
+    assert len(sink.spans) == 1
+    assert done.stdout.strip() == "1"
+
+
 def test_second_init_warns_and_changes_nothing():
     done = run_agent(
         """
