@@ -89,7 +89,8 @@ def init(
     tracer_provider
         Add tailcut to this provider. By default an application that already set an SDK
         ``TracerProvider`` keeps it, and tailcut adds its exporter only when an endpoint or exporter is
-        given; otherwise tailcut creates and registers one.
+        given (without one, :func:`stats` counts what the provider's own exporters send); otherwise
+        tailcut creates and registers one.
     auto_instrument
         Also instrument the ``openai`` and ``anthropic`` SDKs (those that are installed).
     redact
