@@ -8,10 +8,13 @@ The standard ``OTEL_*`` variables are read as the OpenTelemetry SDK documents th
 from __future__ import annotations
 
 import logging
+import math
 import os
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 _logger = logging.getLogger("tailcut")
+N = TypeVar("N", int, float)
 
 #: The harness revision of the agent (default: the git commit of the working tree, if there is one).
 TAILCUT_HARNESS_REVISION: Final = "TAILCUT_HARNESS_REVISION"
@@ -60,32 +63,26 @@ def get_str(name: str) -> str | None:
 
 def get_int(name: str, default: int, *, minimum: int = 1) -> int:
     """The variable as an integer ≥ ``minimum``; a malformed value warns and gives ``default``."""
-    raw = get_str(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        _logger.warning(
-            "tailcut: ignoring %s=%r (expected an integer >= %d); using %d", name, raw, minimum, default
-        )
-        return default
-    return value
+    return _get_number(name, default, int, lambda value: value >= minimum, f"an integer >= {minimum}")
 
 
 def get_float(name: str, default: float) -> float:
-    """The variable as a number ≥ 0; a malformed value warns and gives ``default``."""
+    """The variable as a finite number ≥ 0; a malformed value warns and gives ``default``."""
+    return _get_number(name, default, float, lambda value: 0 <= value < math.inf, "a number >= 0")
+
+
+def _get_number(
+    name: str, default: N, parse: Callable[[str], N], valid: Callable[[N], bool], expected: str
+) -> N:
     raw = get_str(name)
     if raw is None:
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        _logger.warning("tailcut: ignoring %s=%r (expected a number >= 0); using %s", name, raw, default)
+        value = None
+    if value is None or not valid(value):
+        _logger.warning("tailcut: ignoring %s=%r (expected %s); using %s", name, raw, expected, default)
         return default
     return value
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.otlp_sink import OtlpSink
-from tests.test_sdk_export import run_agent
+from tests.test_sdk_export import STATS_AGENT, run_agent
 
 HANG_GUARD = 60  # seconds; a healthy run takes a few
 
@@ -26,25 +26,6 @@ def closed_loopback_port() -> int:
         return sock.getsockname()[1]
 
 
-AGENT_THEN_EXIT = """
-    import json, sys
-    import tailcut
-    tailcut.init(endpoint="{endpoint}"{extra})
-
-    @tailcut.tool
-    def work(i):
-        return i
-
-    with tailcut.run("agent"):
-        for i in range(3):
-            work(i)
-    if "--explicit-shutdown" in sys.argv:
-        tailcut.shutdown()
-        print(json.dumps(tailcut.stats()))
-    print("agent finished", flush=True)
-"""
-
-
 def _lost_line(stderr: str) -> int:
     (count,) = re.findall(r"tailcut: (\d+) span\(s\) were lost in this process", stderr)
     return int(count)
@@ -53,7 +34,8 @@ def _lost_line(stderr: str) -> int:
 def test_exit_with_the_collector_down_is_bounded_and_reports_the_lost_spans():
     started = time.monotonic()
     done = run_agent(
-        AGENT_THEN_EXIT.format(endpoint=f"http://127.0.0.1:{closed_loopback_port()}", extra=""),
+        STATS_AGENT.format(init=f"endpoint='http://127.0.0.1:{closed_loopback_port()}'"),
+        "--leave-to-atexit",
         timeout=HANG_GUARD,
     )
     elapsed = time.monotonic() - started
@@ -69,12 +51,7 @@ def test_the_shutdown_timeout_is_configurable_and_the_loss_is_in_stats(how):
     endpoint = f"http://127.0.0.1:{closed_loopback_port()}"
     extra = ", shutdown_timeout=0.5" if how == "argument" else ""
     env = {"TAILCUT_SHUTDOWN_TIMEOUT": "0.5"} if how == "environment" else {}
-    done = run_agent(
-        AGENT_THEN_EXIT.format(endpoint=endpoint, extra=extra),
-        "--explicit-shutdown",
-        env=env,
-        timeout=HANG_GUARD,
-    )
+    done = run_agent(STATS_AGENT.format(init=f"endpoint={endpoint!r}{extra}"), env=env, timeout=HANG_GUARD)
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout.splitlines()[0])
     assert stats["spans_exported"] == 0
@@ -85,8 +62,7 @@ def test_the_shutdown_timeout_is_configurable_and_the_loss_is_in_stats(how):
 def test_a_bad_shutdown_timeout_variable_warns_and_falls_back():
     with OtlpSink() as sink:
         done = run_agent(
-            AGENT_THEN_EXIT.format(endpoint=sink.endpoint, extra=""),
-            "--explicit-shutdown",
+            STATS_AGENT.format(init=f"endpoint={sink.endpoint!r}"),
             env={"TAILCUT_SHUTDOWN_TIMEOUT": "soon"},
             timeout=HANG_GUARD,
         )

@@ -40,6 +40,27 @@ def run_agent(
     )
 
 
+#: An agent that records one run of three tool calls, then shuts down and prints ``tailcut.stats()`` as
+#: JSON (with ``--leave-to-atexit``: leaves that to the exit hook); ``{init}`` is what ``init`` gets.
+STATS_AGENT = """
+    import json, sys
+    import tailcut
+    tailcut.init({init})
+
+    @tailcut.tool
+    def work(i):
+        return i
+
+    with tailcut.run("agent"):
+        for i in range(3):
+            work(i)
+    if "--leave-to-atexit" not in sys.argv:
+        tailcut.shutdown()
+        print(json.dumps(tailcut.stats()))
+    print("agent finished", flush=True)
+"""
+
+
 def _value(any_value):
     kind = any_value.WhichOneof("value")
     if kind == "array_value":

@@ -84,15 +84,22 @@ def recording(processor: SpanProcessor | None = None, **config: Any) -> Iterator
 # -- the shapes of instrumented code: each returns (what the agent got, the function's run count) --------
 
 
-def call_sync(argument: Any) -> tuple[Any, int]:
-    calls = Calls()
+def calling(
+    decorator: Callable[[Callable[..., Any]], Callable[..., Any]],
+) -> Callable[[Any], tuple[Any, int]]:
+    """The shape of a plain function under ``decorator``."""
 
-    @tailcut.tool(name="sync_tool")
-    def sync_tool(x: Any) -> dict:
-        calls.n += 1
-        return {"ok": 1}
+    def call(argument: Any) -> tuple[Any, int]:
+        calls = Calls()
 
-    return sync_tool(argument), calls.n
+        @decorator
+        def function(x: Any) -> dict:
+            calls.n += 1
+            return {"ok": 1}
+
+        return function(argument), calls.n
+
+    return call
 
 
 def call_async(argument: Any) -> tuple[Any, int]:
@@ -150,19 +157,8 @@ def call_run(argument: Any) -> tuple[Any, int]:
     return result, calls.n
 
 
-def call_agent(argument: Any) -> tuple[Any, int]:
-    calls = Calls()
-
-    @tailcut.agent(name="planner")
-    def planner(x: Any) -> dict:
-        calls.n += 1
-        return {"ok": 1}
-
-    return planner(argument), calls.n
-
-
 SHAPES: dict[str, tuple[Callable[[Any], tuple[Any, int]], Any]] = {
-    "function": (call_sync, {"ok": 1}),
+    "function": (calling(tailcut.tool(name="sync_tool")), {"ok": 1}),
     "coroutine": (call_async, {"ok": 1}),
     "generator": (call_generator, [1, 2]),
     "async generator": (call_async_generator, [1, 2]),
@@ -170,7 +166,7 @@ SHAPES: dict[str, tuple[Callable[[Any], tuple[Any, int]], Any]] = {
     "tailcut.run": (call_run, {"ok": 1}),
 }
 #: Spans without payloads: only faults of the span machinery reach them.
-SPAN_SHAPES = {**SHAPES, "agent span": (call_agent, {"ok": 1})}
+SPAN_SHAPES = {**SHAPES, "agent span": (calling(tailcut.agent(name="planner")), {"ok": 1})}
 
 
 def _warnings(caplog: pytest.LogCaptureFixture, needle: str) -> list[logging.LogRecord]:

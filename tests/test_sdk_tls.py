@@ -25,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.otlp_sink import OtlpSink
-from tests.test_sdk_export import run_agent
+from tests.test_sdk_export import STATS_AGENT, run_agent
 
 TOKEN = "s3cr3t-token"
 
@@ -110,22 +110,6 @@ def pki(tmp_path_factory) -> Pki:
     )
 
 
-AGENT = """
-    import json
-    import tailcut
-    tailcut.init(service_name="tls-agent"{init})
-
-    @tailcut.tool
-    def work(i):
-        return i
-
-    with tailcut.run("agent"):
-        work(1)
-    tailcut.shutdown()
-    print(json.dumps(tailcut.stats()))
-"""
-
-
 def export(init: str = "", env: dict[str, str] | None = None) -> dict[str, int]:
     """Run the agent with these ``init`` keyword arguments and environment; its ``tailcut.stats()``.
 
@@ -133,9 +117,9 @@ def export(init: str = "", env: dict[str, str] | None = None) -> dict[str, int]:
     everything: the CA file given to tailcut must win over it.
     """
     env = {"TAILCUT_SHUTDOWN_TIMEOUT": "2", "REQUESTS_CA_BUNDLE": certifi.where(), **(env or {})}
-    done = run_agent(AGENT.format(init=init), env=env, timeout=60)
+    done = run_agent(STATS_AGENT.format(init=f"service_name='tls-agent'{init}"), env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(done.stdout.splitlines()[0])
 
 
 def test_http_through_tls_with_a_bearer_token(pki):
@@ -143,8 +127,8 @@ def test_http_through_tls_with_a_bearer_token(pki):
         stats = export(
             f", endpoint={sink.endpoint!r}, bearer_token={TOKEN!r}, certificate_file={str(pki.ca)!r}"
         )
-    assert stats["spans_exported"] == 2 and stats["spans_dropped"] == 0
-    assert sorted(span.name for _, span in sink.spans) == ["agent", "execute_tool work"]
+    assert stats["spans_exported"] == 4 and stats["spans_dropped"] == 0
+    assert sorted(span.name for _, span in sink.spans) == ["agent", *["execute_tool work"] * 3]
     assert {h["authorization"] for h in sink.headers} == {f"Bearer {TOKEN}"}
 
 
@@ -157,7 +141,7 @@ def test_the_standard_variables_alone_give_tls_and_the_token(pki):
                 "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca),
             }
         )
-    assert stats["spans_exported"] == 2
+    assert stats["spans_exported"] == 4
     assert {h["x-tenant"] for h in sink.headers} == {"blue"}
 
 
@@ -170,7 +154,7 @@ def test_explicit_headers_add_to_the_variables_and_do_not_replace_them(pki):
                 "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca),
             },
         )
-    assert stats["spans_exported"] == 2
+    assert stats["spans_exported"] == 4
     assert {(h["authorization"], h["x-team"]) for h in sink.headers} == {(f"Bearer {TOKEN}", "search")}
 
 
@@ -185,14 +169,14 @@ def test_a_refused_token_loses_the_spans_and_says_so(pki, init):
     with OtlpSink(ssl_context=pki.server_context(), token=TOKEN) as sink:
         stats = export(f", endpoint={sink.endpoint!r}, certificate_file={str(pki.ca)!r}{init}")
     assert sink.headers and not sink.spans  # the requests arrived and were refused
-    assert stats["spans_exported"] == 0 and stats["spans_dropped"] == 2
+    assert stats["spans_exported"] == 0 and stats["spans_dropped"] == 4
 
 
 def test_an_untrusted_collector_certificate_is_refused(pki):
     with OtlpSink(ssl_context=pki.server_context(), token=TOKEN) as sink:
         stats = export(f", endpoint={sink.endpoint!r}, bearer_token={TOKEN!r}")  # system CAs only
     assert not sink.headers  # the TLS handshake failed before any request
-    assert stats["spans_dropped"] == 2
+    assert stats["spans_dropped"] == 4
 
 
 @pytest.mark.parametrize("with_client_cert", [True, False])
@@ -207,9 +191,9 @@ def test_mutual_tls(pki, with_client_cert):
             f", endpoint={sink.endpoint!r}, bearer_token={TOKEN!r}, certificate_file={str(pki.ca)!r}{client}"
         )
     if with_client_cert:
-        assert stats["spans_exported"] == 2 and len(sink.spans) == 2
+        assert stats["spans_exported"] == 4 and len(sink.spans) == 4
     else:
-        assert stats["spans_dropped"] == 2 and not sink.spans
+        assert stats["spans_dropped"] == 4 and not sink.spans
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
@@ -241,10 +225,10 @@ def test_grpc_through_tls_with_a_bearer_token(pki, token):
     finally:
         server.stop(grace=None)
     if token == TOKEN:
-        assert stats["spans_exported"] == 2
-        assert sorted(span.name for span in service.spans) == ["agent", "execute_tool work"]
+        assert stats["spans_exported"] == 4
+        assert sorted(span.name for span in service.spans) == ["agent", *["execute_tool work"] * 3]
     else:
-        assert stats["spans_dropped"] == 2 and not service.spans
+        assert stats["spans_dropped"] == 4 and not service.spans
 
 
 @pytest.mark.parametrize(
