@@ -76,9 +76,14 @@ def encode_payload(
         hook raised); the caller records that on the span.
     """
     if canonical is None:
-        if config.redact_defaults:
-            value = redact_keys(value)
-        raw = canonical_bytes(value)
+        try:
+            if config.redact_defaults:
+                value = redact_keys(value)
+            raw = canonical_bytes(value)
+        except CanonicalEncodingError:
+            raise
+        except Exception as exc:  # the value's own code raised while being walked (a __getattr__, ...)
+            raise CanonicalEncodingError(f"{type(exc).__name__}: {exc}") from None
         text = raw.decode("utf-8")
     else:
         text, raw = canonical, b""

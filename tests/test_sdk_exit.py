@@ -74,7 +74,7 @@ def test_a_bad_shutdown_timeout_variable_warns_and_falls_back():
 FORKING_AGENT = """
     import os, sys, time, multiprocessing
     import tailcut
-    tailcut.init(service_name="forker", endpoint="{endpoint}")
+    tailcut.init(service_name="forker", endpoint="{endpoint}", shutdown_timeout=20)  # ample: not under test
 
     @tailcut.tool
     def work(who):

@@ -62,6 +62,13 @@ class BrokenModel:
         raise RuntimeError("model_dump is broken")
 
 
+class HostileProxy:
+    """A value whose attribute lookup raises (a lazy proxy whose target is gone)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("the proxied object is gone")
+
+
 def failing_redact(value: Any, *, kind: str, field: str) -> Any:
     raise ValueError("redact hook is broken: sk-secret-in-the-message-0123456789")
 
@@ -196,18 +203,21 @@ def test_a_raising_redact_hook_records_no_payload_and_the_code_runs_once(shape, 
     assert len(_warnings(caplog, "the redact hook raised")) <= 1
 
 
+@pytest.mark.parametrize(
+    ("value", "message"), [(BrokenModel, "model_dump is broken"), (HostileProxy, "is gone")]
+)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_value_whose_normalisation_raises_is_noted_and_the_code_runs_once(shape):
+def test_a_value_whose_normalisation_raises_is_noted_and_the_code_runs_once(shape, value, message):
     call, expected = SHAPES[shape]
     before = tailcut.stats()["payloads_unencodable"]
     with recording() as exporter:
-        assert call(BrokenModel()) == (expected, 1)
+        assert call(value()) == (expected, 1)
     noted = [
         s.attributes[attr.PAYLOAD_ERROR]
         for s in exporter.get_finished_spans()
         if attr.PAYLOAD_ERROR in (s.attributes or {})
     ]
-    assert any("model_dump is broken" in note for note in noted)
+    assert any(message in note for note in noted)
     assert tailcut.stats()["payloads_unencodable"] > before
 
 
