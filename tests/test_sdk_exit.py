@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.otlp_sink import OtlpSink
+from tests.otlp_sink import OtlpGrpcSink, OtlpSink
 from tests.test_sdk_export import STATS_AGENT, run_agent
 
 HANG_GUARD = 60  # seconds; a healthy run takes a few
@@ -74,7 +74,7 @@ def test_a_bad_shutdown_timeout_variable_warns_and_falls_back():
 FORKING_AGENT = """
     import os, sys, time, multiprocessing
     import tailcut
-    tailcut.init(service_name="forker", endpoint="{endpoint}", shutdown_timeout=20)  # ample: not under test
+    tailcut.init(service_name="forker", endpoint="{endpoint}", protocol="{protocol}", shutdown_timeout=20)
 
     @tailcut.tool
     def work(who):
@@ -118,9 +118,8 @@ FORKING_AGENT = """
 @pytest.mark.parametrize("how", ["shutdown-then-os-exit", "sys-exit", "multiprocessing"])
 def test_a_child_forked_after_init_exports_its_spans_and_exits(how, when):
     with OtlpSink(delay_first=3.0 if when == "during-export" else 0.0) as sink:
-        done = run_agent(
-            FORKING_AGENT.format(endpoint=sink.endpoint, guard=HANG_GUARD), how, when, timeout=HANG_GUARD
-        )
+        agent = FORKING_AGENT.format(endpoint=sink.endpoint, protocol="http/protobuf", guard=HANG_GUARD)
+        done = run_agent(agent, how, when, timeout=HANG_GUARD)
         assert done.returncode == 0, done.stderr
         assert "child exit code 0" in done.stdout, done.stdout + done.stderr
         # Each process counts its own spans: the parent's four, none of the child's.
@@ -129,3 +128,23 @@ def test_a_child_forked_after_init_exports_its_spans_and_exits(how, when):
     assert roots == ["child", "parent-after", "parent-before"]
     assert len(sink.spans) == 6
     assert {resource["service.name"] for resource, _ in sink.spans} == {"forker"}
+    # The child never writes on the connection its parent opened (and may still be using).
+    parent_ports = {port for port, names in sink.connections if "parent-before" in names}
+    child_ports = {port for port, names in sink.connections if "child" in names}
+    assert child_ports and not child_ports & parent_ports
+
+
+@pytest.mark.parametrize("how", ["sys-exit", "multiprocessing"])
+def test_a_child_forked_after_init_exports_its_spans_over_grpc(how):
+    """gRPC channels do not survive a fork: the child exports through a channel of its own."""
+    with OtlpGrpcSink() as sink:
+        agent = FORKING_AGENT.format(endpoint=sink.endpoint, protocol="grpc", guard=HANG_GUARD)
+        done = run_agent(agent, how, "after-an-export", timeout=HANG_GUARD)
+        assert done.returncode == 0, done.stderr
+        assert "child exit code 0" in done.stdout, done.stdout + done.stderr
+        assert "parent stats 4 0" in done.stdout
+    assert sorted(span.name for span in sink.spans if not span.parent_span_id) == [
+        "child",
+        "parent-after",
+        "parent-before",
+    ]

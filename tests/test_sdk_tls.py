@@ -11,7 +11,6 @@ import datetime
 import ipaddress
 import json
 import ssl
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +21,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from tests.otlp_sink import OtlpSink
+from tests.otlp_sink import OtlpGrpcSink, OtlpSink
 from tests.test_sdk_export import STATS_AGENT, run_agent
 
 TOKEN = "s3cr3t-token"
@@ -196,39 +194,19 @@ def test_mutual_tls(pki, with_client_cert):
         assert stats["spans_dropped"] == 4 and not sink.spans
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC receiver that requires the bearer token."""
-
-    def __init__(self) -> None:
-        self.spans: list = []
-
-    def Export(self, request, context):
-        if dict(context.invocation_metadata()).get("authorization") != f"Bearer {TOKEN}":
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-        self.spans.extend(s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
 @pytest.mark.parametrize("token", [TOKEN, "wrong"])
 def test_grpc_through_tls_with_a_bearer_token(pki, token):
-    service = _TraceService()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(service, server)
     credentials = grpc.ssl_server_credentials([(pki.server_key.read_bytes(), pki.server_cert.read_bytes())])
-    port = server.add_secure_port("127.0.0.1:0", credentials)
-    server.start()
-    try:
+    with OtlpGrpcSink(credentials=credentials, token=TOKEN) as sink:
         stats = export(
-            f", endpoint='https://127.0.0.1:{port}', protocol='grpc', bearer_token={token!r},"
+            f", endpoint={sink.endpoint!r}, protocol='grpc', bearer_token={token!r},"
             f" certificate_file={str(pki.ca)!r}"
         )
-    finally:
-        server.stop(grace=None)
     if token == TOKEN:
         assert stats["spans_exported"] == 4
-        assert sorted(span.name for span in service.spans) == ["agent", *["execute_tool work"] * 3]
+        assert sorted(span.name for span in sink.spans) == ["agent", *["execute_tool work"] * 3]
     else:
-        assert stats["spans_dropped"] == 4 and not service.spans
+        assert stats["spans_dropped"] == 4 and not sink.spans
 
 
 @pytest.mark.parametrize(
