@@ -201,6 +201,7 @@ def test_a_raising_redact_hook_records_no_payload_and_the_code_runs_once(shape, 
     assert after["hook_errors"] > before["hook_errors"]
     assert after["payloads_unencodable"] > before["payloads_unencodable"]
     assert len(_warnings(caplog, "the redact hook raised")) <= 1
+    assert not any("sk-secret-in-the-message" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(
