@@ -7,6 +7,7 @@ test. Until then recording is off and decorators cost one attribute read.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -78,10 +79,17 @@ def normalize_capture_content(value: bool | Mapping[str, bool] | None, default: 
 class Counters:
     """Process-wide counts of what the SDK could not record, so no loss is silent.
 
-    Read them with :func:`tailcut.stats`.
+    Read them with :func:`tailcut.stats`. A child process forked after ``tailcut.init()`` starts from
+    zero: its counts are its own.
     """
 
     def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # A lock held by another thread at fork time would stay held in the child forever.
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._warned: set[str] = set()
@@ -97,13 +105,13 @@ class Counters:
         with self._lock:
             return dict(self._counts)
 
-    def warn_once(self, key: str, message: str, *args: Any) -> None:
+    def warn_once(self, key: str, message: str, *args: Any, exc_info: BaseException | None = None) -> None:
         """Log ``message`` the first time ``key`` is seen (failures inside tailcut are logged once)."""
         with self._lock:
             if key in self._warned:
                 return
             self._warned.add(key)
-        _logger.warning(message, *args)
+        _logger.warning(message, *args, exc_info=exc_info)
 
 
 counters = Counters()

@@ -10,8 +10,10 @@ A crossing is recorded in four steps, shared by the decorators, the context mana
 3. :meth:`BoundarySpan.finish` (or :meth:`~BoundarySpan.fail`) records the response or the error;
 4. :meth:`BoundarySpan.end` ends the span and folds it into the run's signals.
 
-Nothing here raises into the agent on tailcut's account: a payload that cannot be encoded is recorded
-as such on the span, logged once and counted; the agent's own exceptions pass through unchanged.
+Nothing here raises into the agent on tailcut's account: a payload that cannot be encoded (or whose
+``redact`` hook raised) is recorded as such on the span, logged once and counted; any other failure of
+a recording step is caught by :mod:`tailcut._guard` (the step records nothing more); the agent's own
+exceptions pass through unchanged.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from tailcut import _config
 from tailcut import attributes as attr
+from tailcut._guard import hook_error, internal_error, never_raises
 from tailcut._run_state import _ATTEMPT, _DEPTH, _TOOL_CALL_ID, RunState, current_run_state
 from tailcut.canonical import canonical_bytes, canonical_json, loads, sha256_hex
-from tailcut.errors import CanonicalEncodingError, Divergence
+from tailcut.errors import CanonicalEncodingError, Divergence, RedactHookError
 from tailcut.interceptor import Crossing, Served, active_interceptor, exception_type_name
 from tailcut.payloads import PayloadStoreError, make_stub
 from tailcut.redaction import redact_keys, redact_text
@@ -42,6 +45,7 @@ _FIELD_ATTRS = {
     "events": (attr.STREAM_EVENTS, None, None),
     "input": (attr.RUN_INPUT, None, None),
     "output": (attr.RUN_OUTPUT, None, None),
+    "initial_state": (attr.INITIAL_STATE, None, None),
 }
 
 
@@ -68,12 +72,18 @@ def encode_payload(
     Raises
     ------
     CanonicalEncodingError
-        If ``value`` cannot be encoded; the caller records that on the span.
+        If ``value`` cannot be encoded (:class:`~tailcut.errors.RedactHookError` when the ``redact``
+        hook raised); the caller records that on the span.
     """
     if canonical is None:
-        if config.redact_defaults:
-            value = redact_keys(value)
-        raw = canonical_bytes(value)
+        try:
+            if config.redact_defaults:
+                value = redact_keys(value)
+            raw = canonical_bytes(value)
+        except CanonicalEncodingError:
+            raise
+        except Exception as exc:  # the value's own code raised while being walked (a __getattr__, ...)
+            raise CanonicalEncodingError(f"{type(exc).__name__}: {exc}") from None
         text = raw.decode("utf-8")
     else:
         text, raw = canonical, b""
@@ -82,7 +92,13 @@ def encode_payload(
         if redacted is not text:
             text, raw = redacted, b""
     if config.redact is not None:
-        text = canonical_json(config.redact(loads(text), kind=kind, field=field))
+        try:
+            redacted_value = config.redact(loads(text), kind=kind, field=field)
+        except Exception as exc:
+            hook_error("redact", exc)
+            # Only the type: the message of a failed redaction may quote the secret.
+            raise RedactHookError(f"the redact hook raised {type(exc).__name__}") from None
+        text = canonical_json(redacted_value)
         raw = b""
     if not raw:
         raw = text.encode("utf-8")
@@ -117,6 +133,15 @@ def encode_payload(
     return EncodedPayload(text, sha, size, inline, attributes)
 
 
+def payload_unrecorded(owner: str, field: str, exc: CanonicalEncodingError) -> str:
+    """Count (``payloads_unencodable``) and log once a payload that is not recorded; the span's note."""
+    message = f"{owner}: {field} cannot be encoded: {exc}"
+    _config.counters.add("payloads_unencodable")
+    if not isinstance(exc, RedactHookError):  # that one was logged where the hook raised
+        _config.counters.warn_once(f"encode:{owner}:{field}", "tailcut: %s", message)
+    return message
+
+
 class _Activation:
     """The context manager of :meth:`RecordedSpan.active` (a class: cheaper than a generator-based one)."""
 
@@ -131,8 +156,11 @@ class _Activation:
         return self._recorded
 
     def __exit__(self, *exc: object) -> None:
-        _DEPTH.reset(self._depth_token)
-        otel_context.detach(self._token)
+        try:
+            _DEPTH.reset(self._depth_token)
+        except (ValueError, RuntimeError) as error:  # left in another context than it was entered in
+            internal_error("leaving a span", error)
+        otel_context.detach(self._token)  # logs its own failures
 
 
 class RecordedSpan:
@@ -152,9 +180,11 @@ class RecordedSpan:
         """Make the span current (so nested spans are its children) for the code inside a ``with``."""
         return _Activation(self)
 
+    @never_raises("set_attributes")
     def set_attributes(self, attributes: dict[str, Any]) -> None:
         self.span.set_attributes(attributes)
 
+    @never_raises("recording a failure")
     def fail(self, exc: BaseException, *, error_type: str | None = None) -> None:
         """Record an exception raised inside this span, as OpenTelemetry records failures."""
         if self._failed:
@@ -166,13 +196,16 @@ class RecordedSpan:
             {attr.ERROR_TYPE: error_type or exception_type_name(exc), attr.ERROR_MESSAGE: str(exc)}
         )
 
+    @never_raises("ending a span")
     def end(self) -> None:
         """End the span and fold it into the run's signals (idempotent)."""
         if self._ended:
             return
         self._ended = True
-        self.span.end()
-        self._fold()
+        try:
+            self.span.end()
+        finally:
+            self._fold()
 
     def _fold(self) -> None:
         self.run.span_ended(self.kind, failed=self._failed)
@@ -186,6 +219,7 @@ class RecordedSpan:
         self.end()
 
 
+@never_raises("start_span")
 def start_span(
     kind: str,
     name: str,
@@ -194,7 +228,7 @@ def start_span(
     span_kind: SpanKind = SpanKind.INTERNAL,
     attributes: dict[str, Any] | None = None,
 ) -> RecordedSpan | None:
-    """Begin a span that is not a boundary (agent, chain, other); None when tailcut is off."""
+    """Begin a span that is not a boundary (agent, chain, other); None when tailcut is off (or failed)."""
     config = _config.current()
     if not config.enabled:
         return None
@@ -274,6 +308,7 @@ class BoundarySpan(RecordedSpan):
         self.finish(served.response, canonical=served.response_json)
         return served.response
 
+    @never_raises("set_llm_usage")
     def set_llm_usage(self, input_tokens: int | None, output_tokens: int | None) -> None:
         """Record token usage (``gen_ai.usage.*``) and count it toward the run's total."""
         usage: dict[str, Any] = {}
@@ -284,10 +319,12 @@ class BoundarySpan(RecordedSpan):
         self._tokens = int(input_tokens or 0) + int(output_tokens or 0)
         self.span.set_attributes(usage)
 
+    @never_raises("set_schema_violations")
     def set_schema_violations(self, count: int) -> None:
         self._schema_violations = count
         self.span.set_attribute(attr.SCHEMA_VIOLATIONS, count)
 
+    @never_raises("finish")
     def finish(
         self,
         response: Any,
@@ -327,6 +364,7 @@ class BoundarySpan(RecordedSpan):
             self._tell_result(None)
         return encoded
 
+    @never_raises("recording a failure")
     def fail(self, exc: BaseException, *, error_type: str | None = None) -> None:
         if self._failed:
             return
@@ -347,10 +385,7 @@ class BoundarySpan(RecordedSpan):
         )
 
     def _encoding_failed(self, field: str, exc: CanonicalEncodingError) -> None:
-        message = f"{self.crossing.boundary}: {field} cannot be encoded: {exc}"
-        _config.counters.add("payloads_unencodable")
-        _config.counters.warn_once(f"encode:{self.crossing.boundary}:{field}", "tailcut: %s", message)
-        self.span.set_attribute(attr.PAYLOAD_ERROR, message)
+        self.span.set_attribute(attr.PAYLOAD_ERROR, payload_unrecorded(self.crossing.boundary, field, exc))
 
     def _fold(self) -> None:
         self.run.span_ended(
@@ -369,6 +404,7 @@ def boundary_name(kind: str, name: str) -> str:
     return f"{kind}:{name}"
 
 
+@never_raises("start_boundary")
 def start_boundary(
     kind: str,
     name: str,
@@ -381,6 +417,9 @@ def start_boundary(
     canonical_request: str | None = None,
 ) -> BoundarySpan | None:
     """Begin recording one boundary crossing; None when tailcut is off and no replay is active.
+
+    None as well when the recording could not start (an internal error, counted and logged once): the
+    caller then runs the call unrecorded.
 
     ``make_request`` builds the request value; it is called only when the crossing is recorded. The
     returned span is started but not yet current: run the call inside :meth:`BoundarySpan.active`,

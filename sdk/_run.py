@@ -2,7 +2,9 @@
 
 The root records the run's input, harness and environment revisions, prompt versions, initial state and
 outcome, and, when it ends, the trace signals this process computed (``tailcut.trace.*``), which the
-standard ``numeric_attribute`` policy of any OpenTelemetry Collector can sample on.
+standard ``numeric_attribute`` policy of any OpenTelemetry Collector can sample on. A value that cannot
+be recorded is noted on the root (``tailcut.payload.error``) and a failure of the recording itself is
+counted and logged once: the run's code inside the block runs the same either way.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from tailcut import _config
 from tailcut import attributes as attr
-from tailcut._recorder import RecordedSpan, encode_payload, start_span
+from tailcut._guard import internal_error, never_raises
+from tailcut._recorder import RecordedSpan, encode_payload, payload_unrecorded, start_span
 from tailcut._run_state import _ATTEMPT, _DEPTH, _RUN, _TOOL_CALL_ID, RunState
 from tailcut.canonical import canonical_json
 from tailcut.environment import TAILCUT_ENV_REVISION, TAILCUT_HARNESS_REVISION, get_str
@@ -119,7 +122,8 @@ class Run:
         self._attributes = dict(attributes or {})
         self.outcome: str | None = None
         self.outcome_score: float | None = None
-        self.state = RunState(None if prompt_version is None else _json_attribute(prompt_version))
+        self._payload_errors: list[str] = []
+        self.state = RunState(self._json_or_note("prompt_version", prompt_version))
         self._span: trace.Span | None = None
         self._nested: RecordedSpan | None = None
         self._nested_active: contextlib.AbstractContextManager[Any] | None = None
@@ -179,17 +183,25 @@ class Run:
     def _root_span(self) -> trace.Span | None:
         return self._span or (self._nested.span if self._nested else None)
 
-    def _set_payload(self, field: Literal["input", "output"], value: Any) -> None:
+    def _json_or_note(self, field: str, value: Any) -> str | None:
+        """``value`` as the JSON text of a root attribute; None (and a noted error) if it has none."""
+        if value is None:
+            return None
+        try:
+            return _json_attribute(value)
+        except CanonicalEncodingError as exc:
+            self._payload_errors.append(payload_unrecorded(f"run {self.name!r}", field, exc))
+            return None
+
+    @never_raises("recording a run's payload")
+    def _set_payload(self, field: Literal["input", "output", "initial_state"], value: Any) -> None:
         span = self._root_span()
         if span is None:
             return
         try:
             encoded = encode_payload(_config.current(), "root", field, value)
         except CanonicalEncodingError as exc:
-            _config.counters.warn_once(
-                f"run:{field}", "tailcut: %s of run %r cannot be encoded: %s", field, self.name, exc
-            )
-            span.set_attribute(attr.PAYLOAD_ERROR, f"{field}: {exc}")
+            span.set_attribute(attr.PAYLOAD_ERROR, payload_unrecorded(f"run {self.name!r}", field, exc))
             return
         span.set_attributes(encoded.attributes)
 
@@ -206,13 +218,12 @@ class Run:
         env = self._env_revision or config.env_revision or get_str(TAILCUT_ENV_REVISION)
         if env:
             attributes[attr.ENV_REVISION] = env
-        if self._prompt_version is not None:
-            attributes[attr.PROMPT_VERSION] = _json_attribute(self._prompt_version)
-        if self._initial_state is not None:
-            try:
-                attributes[attr.INITIAL_STATE] = _json_attribute(self._initial_state)
-            except CanonicalEncodingError as exc:
-                attributes[attr.PAYLOAD_ERROR] = f"initial_state: {exc}"
+        if self.state.prompt_version is not None:
+            attributes[attr.PROMPT_VERSION] = self.state.prompt_version
+        if isinstance(self._initial_state, str):  # a reference, recorded as it is
+            attributes[attr.INITIAL_STATE] = self._initial_state
+        if self._payload_errors:
+            attributes[attr.PAYLOAD_ERROR] = "; ".join(self._payload_errors)
         attributes.update(self._attributes)
         return attributes
 
@@ -220,6 +231,13 @@ class Run:
         config = _config.current()
         if not config.enabled:
             return self
+        try:
+            self._begin(config)
+        except Exception as exc:  # the run goes on unrecorded
+            internal_error("tailcut.run", exc)
+        return self
+
+    def _begin(self, config: _config.Config) -> None:
         if _RUN.get() is not None:
             # A run inside a run is a nested agent of the outer run: same trace, same counters.
             self._nested = start_span(
@@ -231,7 +249,8 @@ class Run:
             if self._nested is not None:
                 self._nested_active = self._nested.active()
                 self._nested_active.__enter__()
-            return self
+            return
+        # Everything that can fail comes before the context is changed, so a failure changes nothing.
         self._span = config.tracer.start_span(self.name, attributes=self._start_attributes())
         self._tokens = [
             ("otel", otel_context.attach(trace.set_span_in_context(self._span))),
@@ -240,7 +259,8 @@ class Run:
         ]
         if self._input is not None:
             self._set_payload("input", self._input)
-        return self
+        if self._initial_state is not None and not isinstance(self._initial_state, str):
+            self._set_payload("initial_state", self._initial_state)  # redacted like any payload
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -255,12 +275,17 @@ class Run:
             return
         for kind, token in reversed(self._tokens):
             if kind == "otel":
-                otel_context.detach(token)
-            elif kind == "run":
-                _RUN.reset(token)
-            else:
-                _DEPTH.reset(token)
+                otel_context.detach(token)  # logs its own failures
+                continue
+            try:
+                (_RUN if kind == "run" else _DEPTH).reset(token)
+            except (ValueError, RuntimeError) as error:  # left in another context than it was entered in
+                internal_error("leaving tailcut.run", error)
         self._tokens.clear()
+        self._end_root(span, exc)
+
+    @never_raises("ending tailcut.run")
+    def _end_root(self, span: trace.Span, exc: BaseException | None) -> None:
         if exc is not None and not isinstance(exc, GeneratorExit | KeyboardInterrupt):
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -14,6 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from tailcut import _config, environment
+from tailcut._foreign import DeferredTracer, count_exports
+from tailcut._otlp import OtlpSettings, Protocol, env_endpoint, exporter_factory
 from tailcut._processor import RecordingSpanProcessor
 from tailcut._threads import thread_context
 from tailcut._version import __version__
@@ -22,14 +26,10 @@ from tailcut.payloads import PayloadStore
 
 _logger = logging.getLogger("tailcut")
 
-Protocol = Literal["http/protobuf", "grpc"]
-_PROTOCOLS = ("http/protobuf", "grpc")
-DEFAULT_HTTP_ENDPOINT = "http://127.0.0.1:4318"
-DEFAULT_GRPC_ENDPOINT = "http://127.0.0.1:4317"
-
 _init_lock = threading.Lock()
 _processor: RecordingSpanProcessor | None = None
 _provider: TracerProvider | None = None
+_fork_hook_registered = False
 
 
 def init(
@@ -38,6 +38,10 @@ def init(
     *,
     protocol: Protocol | None = None,
     headers: Mapping[str, str] | None = None,
+    bearer_token: str | None = None,
+    certificate_file: str | None = None,
+    client_certificate_file: str | None = None,
+    client_key_file: str | None = None,
     exporter: SpanExporter | None = None,
     tracer_provider: TracerProvider | None = None,
     auto_instrument: bool = False,
@@ -49,6 +53,7 @@ def init(
     harness_revision: str | None = None,
     env_revision: str | None = None,
     max_queue_size: int | None = None,
+    shutdown_timeout: float | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
     propagate_context_to_threads: bool = True,
 ) -> TracerProvider:
@@ -69,13 +74,23 @@ def init(
     protocol
         ``http/protobuf`` (default) or ``grpc`` (``OTEL_EXPORTER_OTLP_PROTOCOL``).
     headers
-        Extra headers for the exporter (``OTEL_EXPORTER_OTLP_HEADERS``).
+        Extra headers for the exporter, sent with those of ``OTEL_EXPORTER_OTLP_HEADERS``.
+    bearer_token
+        Sent as ``authorization: Bearer <token>`` (the collector's ``bearertokenauth``); without it,
+        an ``authorization`` entry of ``OTEL_EXPORTER_OTLP_HEADERS`` is sent.
+    certificate_file
+        CA certificate (PEM) the collector's TLS certificate is checked against, for an ``https://``
+        endpoint (``OTEL_EXPORTER_OTLP_CERTIFICATE``; default: the system's CAs).
+    client_certificate_file, client_key_file
+        Client certificate and key (PEM) for mutual TLS (``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``,
+        ``OTEL_EXPORTER_OTLP_CLIENT_KEY``).
     exporter
         Any ``SpanExporter`` to use instead of OTLP, e.g. ``tailcut.exporters.ParquetSpanExporter``.
     tracer_provider
         Add tailcut to this provider. By default an application that already set an SDK
         ``TracerProvider`` keeps it, and tailcut adds its exporter only when an endpoint or exporter is
-        given; otherwise tailcut creates and registers one.
+        given (without one, :func:`stats` counts what the provider's own exporters send); otherwise
+        tailcut creates and registers one.
     auto_instrument
         Also instrument the ``openai`` and ``anthropic`` SDKs (those that are installed).
     redact
@@ -94,7 +109,12 @@ def init(
     harness_revision, env_revision
         Defaults for every run (``TAILCUT_HARNESS_REVISION``, ``TAILCUT_ENV_REVISION``).
     max_queue_size
-        Spans buffered while the exporter catches up (``TAILCUT_MAX_QUEUE_SIZE``, default 65536).
+        Spans buffered while the exporter catches up (``TAILCUT_MAX_QUEUE_SIZE``, then
+        ``OTEL_BSP_MAX_QUEUE_SIZE``, default 65536); the other ``OTEL_BSP_*`` variables apply too.
+    shutdown_timeout
+        Seconds the exit (``tailcut.shutdown()``) waits for queued spans to be exported, e.g. while the
+        collector is down; the spans still queued then are counted as lost and reported
+        (``TAILCUT_SHUTDOWN_TIMEOUT``, default 3).
     resource_attributes
         Extra resource attributes (``OTEL_RESOURCE_ATTRIBUTES`` is read as well).
     propagate_context_to_threads
@@ -104,27 +124,50 @@ def init(
     -------
     TracerProvider
         The provider tailcut records through.
+
+    Raises
+    ------
+    ConfigError
+        For an invalid argument (unknown protocol, missing certificate file, ...).
     """
     global _processor, _provider
     with _init_lock:
         if _provider is not None:
             _logger.warning("tailcut.init() was already called; this call changes nothing")
             return _provider
-        if protocol is not None and protocol not in _PROTOCOLS:
-            raise ConfigError(f"protocol must be one of {', '.join(_PROTOCOLS)}; got {protocol!r}")
         if inline_limit is not None and inline_limit < 1:
             raise ConfigError(f"inline_limit must be a positive number of bytes; got {inline_limit}")
+        if max_queue_size is not None and max_queue_size < 1:
+            raise ConfigError(f"max_queue_size must be a positive number of spans; got {max_queue_size}")
+        if shutdown_timeout is not None and not 0 <= shutdown_timeout < float("inf"):
+            raise ConfigError(f"shutdown_timeout must be a number of seconds >= 0; got {shutdown_timeout}")
+        otlp = OtlpSettings(
+            endpoint=endpoint,
+            protocol=protocol,
+            headers=headers,
+            bearer_token=bearer_token,
+            certificate_file=certificate_file,
+            client_certificate_file=client_certificate_file,
+            client_key_file=client_key_file,
+        )
 
         provider, owned = _resolve_provider(tracer_provider, service_name, resource_attributes)
-        if exporter is None and (owned or endpoint or _env_endpoint()):
-            exporter = _otlp_exporter(endpoint, protocol, headers)
+        rebuild: Callable[[], SpanExporter] | None = None
+        if exporter is None and (owned or endpoint or env_endpoint()):
+            rebuild = exporter_factory(otlp)
+            exporter = rebuild()
         if exporter is not None:
-            queue = max_queue_size or environment.get_int(
-                environment.TAILCUT_MAX_QUEUE_SIZE, environment.DEFAULT_MAX_QUEUE_SIZE
+            _processor = RecordingSpanProcessor(
+                exporter,
+                max_queue_size=max_queue_size,
+                shutdown_timeout=shutdown_timeout,
+                rebuild_exporter=rebuild,
             )
-            _processor = RecordingSpanProcessor(exporter, max_queue_size=queue)
             provider.add_span_processor(_processor)
+        else:  # the application's own pipeline exports: count what it does
+            count_exports(provider)
         _provider = provider
+        _flush_forked_children()
         _config.install(
             _recording_config(
                 provider.get_tracer("tailcut", __version__),
@@ -169,9 +212,16 @@ def enable(tracer_provider: trace.TracerProvider | None = None) -> bool:
     with _init_lock:
         if _provider is not None or _config.current().enabled:
             return False
-        _config.install(
-            _recording_config(trace.get_tracer("tailcut", __version__, tracer_provider=tracer_provider))
-        )
+        provider = tracer_provider or trace.get_tracer_provider()
+        tracer: trace.Tracer
+        if isinstance(provider, TracerProvider):
+            count_exports(provider)
+            tracer = provider.get_tracer("tailcut", __version__)
+        elif tracer_provider is None:  # still the proxy: count once the application sets its own
+            tracer = DeferredTracer("tailcut", __version__)
+        else:
+            tracer = provider.get_tracer("tailcut", __version__)
+        _config.install(_recording_config(tracer))
         return True
 
 
@@ -231,47 +281,32 @@ def _resolve_provider(
     return provider, True
 
 
-def _env_endpoint() -> str | None:
-    return environment.get_str(environment.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or environment.get_str(
-        environment.OTEL_EXPORTER_OTLP_ENDPOINT
-    )
+def _flush_forked_children() -> None:
+    """Make a ``multiprocessing`` child forked after init export its spans when it exits.
+
+    Such a child leaves through ``os._exit`` after ``multiprocessing``'s own exit handlers, so the
+    ``atexit`` hook that flushes a normal process never runs there; a ``multiprocessing`` finalizer
+    does. (Plain ``os.fork()`` children that end with ``sys.exit`` run ``atexit`` as usual.)
+    """
+    global _fork_hook_registered
+    if _fork_hook_registered or not hasattr(os, "register_at_fork"):
+        return
+    _fork_hook_registered = True
+    os.register_at_fork(after_in_child=_in_forked_child)
 
 
-def _otlp_exporter(
-    endpoint: str | None, protocol: str | None, headers: Mapping[str, str] | None
-) -> SpanExporter:
-    """The standard OTLP exporter for the resolved endpoint and protocol (imported only when used)."""
-    protocol = (
-        protocol
-        or environment.get_str(environment.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL)
-        or environment.get_str(environment.OTEL_EXPORTER_OTLP_PROTOCOL)
-        or "http/protobuf"
-    )
-    if protocol not in _PROTOCOLS:
-        _logger.warning("tailcut: unknown OTLP protocol %r; using http/protobuf", protocol)
-        protocol = "http/protobuf"
-    extra = {"headers": dict(headers)} if headers else {}
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-        target = endpoint or _env_endpoint() or DEFAULT_GRPC_ENDPOINT
-        return GrpcExporter(endpoint=target, insecure=target.startswith("http://"), **extra)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-    return HttpExporter(endpoint=_http_traces_url(endpoint), **extra)
+def _in_forked_child() -> None:
+    # multiprocessing clears the finalizers it inherited, then runs its after-fork hooks: register
+    # there, so the finalizer is the child's own.
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None and _provider is not None:
+        mp_util.register_after_fork(_provider, _register_exit_flush)
 
 
-def _http_traces_url(endpoint: str | None) -> str:
-    """The ``/v1/traces`` URL: an explicit endpoint or the generic env var is a base URL."""
-    if endpoint:
-        return (
-            endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-        )
-    specific = environment.get_str(environment.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-    if specific:
-        return specific
-    base = environment.get_str(environment.OTEL_EXPORTER_OTLP_ENDPOINT) or DEFAULT_HTTP_ENDPOINT
-    return base.rstrip("/") + "/v1/traces"
+def _register_exit_flush(provider: TracerProvider) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, shutdown, exitpriority=100)
 
 
 def force_flush(timeout_millis: int = 30000) -> bool:
@@ -282,14 +317,20 @@ def force_flush(timeout_millis: int = 30000) -> bool:
     return bool(provider.force_flush(timeout_millis))
 
 
-def shutdown() -> None:
-    """Flush and stop exporting (registered to run at exit, so a short-lived agent loses nothing)."""
+def shutdown(timeout: float | None = None) -> None:
+    """Flush and stop exporting (registered to run at exit, so a short-lived agent loses nothing).
+
+    Waits ``timeout`` seconds at most, plus half a second for the exporter to give up (default:
+    ``init(shutdown_timeout=)``, ``TAILCUT_SHUTDOWN_TIMEOUT``, 3), for the queued spans, e.g. when the
+    collector is unreachable; the spans not exported by then are counted in
+    ``tailcut.stats()["spans_dropped"]`` and one warning says how many were lost.
+    """
     global _processor, _provider
     with _init_lock:
         processor, _processor = _processor, None
         provider, _provider = _provider, None
     if processor is not None:
-        processor.shutdown()
+        processor.shutdown(timeout)
     if provider is not None:
         _config.install(_config.Config())
         thread_context.restore()
@@ -301,15 +342,23 @@ def shutdown() -> None:
 def stats() -> dict[str, int]:
     """Counts of what the SDK exported and what it could not record (nothing is lost silently).
 
-    Keys: ``spans_exported``, ``spans_dropped``, ``spans_export_failed``, ``payloads_lost``,
-    ``payloads_unencodable`` (absent keys are zero).
+    Keys: ``spans_exported``, ``spans_dropped`` (every span lost, whatever the reason),
+    ``spans_export_failed`` (of those, the ones the exporter refused or failed on), ``payloads_lost``
+    (not stored in the payload store), ``payloads_unencodable`` (not recorded at all), ``hook_errors``
+    (a user hook such as ``redact`` raised), ``internal_errors`` (a recording step of tailcut's own
+    failed; the agent went on). Other keys appear when they are not zero.
     """
-    counts = {
-        "spans_exported": 0,
-        "spans_dropped": 0,
-        "spans_export_failed": 0,
-        "payloads_lost": 0,
-        "payloads_unencodable": 0,
-    }
+    counts = dict.fromkeys(
+        (
+            "spans_exported",
+            "spans_dropped",
+            "spans_export_failed",
+            "payloads_lost",
+            "payloads_unencodable",
+            "hook_errors",
+            "internal_errors",
+        ),
+        0,
+    )
     counts.update(_config.counters.snapshot())
     return counts

@@ -71,6 +71,27 @@ def _encode_extra(value: Any) -> Any:
     raise TypeError(f"cannot encode a value of type {type(value).__module__}.{type(value).__qualname__}")
 
 
+def encodable(value: Any) -> Any:
+    """The value the rules above encode in place of ``value`` (e.g. a pydantic model's dump).
+
+    Raises
+    ------
+    CanonicalEncodingError
+        If ``value`` has no encoding, or its own conversion (``model_dump``) raised.
+    """
+    try:
+        return _encode_extra(value)
+    except Exception as exc:
+        raise CanonicalEncodingError(_describe(exc)) from None
+
+
+def _describe(exc: Exception) -> str:
+    """The message of a failed encoding: orjson's own errors as they are, others with their type."""
+    if isinstance(exc, TypeError | ValueError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def canonical_bytes(value: Any) -> bytes:
     """Return the canonical UTF-8 JSON encoding of ``value``.
 
@@ -85,8 +106,8 @@ def canonical_bytes(value: Any) -> bytes:
         if "64-bit" in str(exc) or "surrogates" in str(exc):
             return _canonical_bytes_slow(value)
         raise CanonicalEncodingError(str(exc)) from None
-    except (TypeError, ValueError) as exc:  # raised from inside a model_dump, for example
-        raise CanonicalEncodingError(str(exc)) from None
+    except Exception as exc:  # raised from inside a model_dump, for example
+        raise CanonicalEncodingError(_describe(exc)) from None
 
 
 def _canonical_bytes_slow(value: Any) -> bytes:
@@ -118,8 +139,8 @@ def _canonical_bytes_slow(value: Any) -> bytes:
 
     try:
         raw = orjson.dumps(prepare(value), default=_encode_extra, option=_OPTIONS)
-    except (orjson.JSONEncodeError, TypeError, ValueError) as exc:
-        raise CanonicalEncodingError(str(exc)) from None
+    except Exception as exc:
+        raise CanonicalEncodingError(_describe(exc)) from None
     text = raw.decode("utf-8")
     for index, json_text in enumerate(rendered):
         text = text.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)

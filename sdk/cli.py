@@ -2,7 +2,9 @@
 
 It lives in the SDK but imports nothing above it: each command name maps to the ``module:function`` of
 the component that owns it (each component keeps its commands in its own ``cli.py``), loaded only when
-that command runs, so ``tailcut --help`` is fast and ``import tailcut`` stays light.
+that command runs, so ``tailcut --help`` is fast and ``import tailcut`` stays light. A command whose
+optional dependencies are not installed says which ``pip install`` fixes it; any other import error
+propagates with its traceback.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
+            if not is_missing_dependency(exc):
+                raise  # a bug inside tailcut: its traceback is what a report needs
             raise click.ClickException(_missing_dependency_message(cmd_name, exc)) from None
         command: click.Command = getattr(module, attr)
         return command
@@ -61,6 +65,20 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except TailcutError as exc:
             raise click.ClickException(str(exc)) from None
+
+
+def is_missing_dependency(exc: ImportError) -> bool:
+    """Whether ``exc`` says that a package outside tailcut is not installed.
+
+    Only a ``ModuleNotFoundError`` for a module of another package qualifies (or tailcut's own
+    :class:`~tailcut.errors.MissingDependencyError`); a tailcut module that fails to import, or a name
+    missing from a module, is a bug to report, not an install to suggest.
+    """
+    if isinstance(exc, MissingDependencyError):
+        return True
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return False
+    return exc.name.partition(".")[0] != "tailcut"
 
 
 def _missing_dependency_message(command: str, exc: ImportError) -> str:

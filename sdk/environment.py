@@ -8,10 +8,13 @@ The standard ``OTEL_*`` variables are read as the OpenTelemetry SDK documents th
 from __future__ import annotations
 
 import logging
+import math
 import os
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 _logger = logging.getLogger("tailcut")
+N = TypeVar("N", int, float)
 
 #: The harness revision of the agent (default: the git commit of the working tree, if there is one).
 TAILCUT_HARNESS_REVISION: Final = "TAILCUT_HARNESS_REVISION"
@@ -23,8 +26,11 @@ TAILCUT_PAYLOAD_DIR: Final = "TAILCUT_PAYLOAD_DIR"
 TAILCUT_INLINE_LIMIT: Final = "TAILCUT_INLINE_LIMIT"
 #: ``false`` switches content capture off for every kind (default: ``true``).
 TAILCUT_CAPTURE_CONTENT: Final = "TAILCUT_CAPTURE_CONTENT"
-#: Span queue capacity of tailcut's batch processor (default: 65536 spans).
+#: Span queue capacity of tailcut's batch processor (default: ``OTEL_BSP_MAX_QUEUE_SIZE``, else 65536).
 TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
+#: Seconds ``tailcut.shutdown()`` (run at exit) waits for queued spans to be exported; what is still
+#: queued then is counted as lost (default: 3).
+TAILCUT_SHUTDOWN_TIMEOUT: Final = "TAILCUT_SHUTDOWN_TIMEOUT"
 
 # Standard OpenTelemetry variables tailcut honours when arguments are absent.
 OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
@@ -34,11 +40,18 @@ OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 OTEL_EXPORTER_OTLP_HEADERS: Final = "OTEL_EXPORTER_OTLP_HEADERS"
 OTEL_EXPORTER_OTLP_TRACES_HEADERS: Final = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+OTEL_BSP_MAX_QUEUE_SIZE: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
+OTEL_BSP_MAX_EXPORT_BATCH_SIZE: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+OTEL_BSP_SCHEDULE_DELAY: Final = "OTEL_BSP_SCHEDULE_DELAY"
 OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
 OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT: Final = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
 
 DEFAULT_INLINE_LIMIT: Final = 64 * 1024
 DEFAULT_MAX_QUEUE_SIZE: Final = 65536
+#: Spans per export call, and the longest a span waits for its batch (OpenTelemetry's default: 5000 ms).
+DEFAULT_MAX_EXPORT_BATCH_SIZE: Final = 512
+DEFAULT_SCHEDULE_DELAY_MILLIS: Final = 500
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 3.0
 DEFAULT_PAYLOAD_DIR: Final = os.path.join(".tailcut", "payloads")
 
 
@@ -50,17 +63,26 @@ def get_str(name: str) -> str | None:
 
 def get_int(name: str, default: int, *, minimum: int = 1) -> int:
     """The variable as an integer ≥ ``minimum``; a malformed value warns and gives ``default``."""
+    return _get_number(name, default, int, lambda value: value >= minimum, f"an integer >= {minimum}")
+
+
+def get_float(name: str, default: float) -> float:
+    """The variable as a finite number ≥ 0; a malformed value warns and gives ``default``."""
+    return _get_number(name, default, float, lambda value: 0 <= value < math.inf, "a number >= 0")
+
+
+def _get_number(
+    name: str, default: N, parse: Callable[[str], N], valid: Callable[[N], bool], expected: str
+) -> N:
     raw = get_str(name)
     if raw is None:
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        _logger.warning(
-            "tailcut: ignoring %s=%r (expected an integer >= %d); using %d", name, raw, minimum, default
-        )
+        value = None
+    if value is None or not valid(value):
+        _logger.warning("tailcut: ignoring %s=%r (expected %s); using %s", name, raw, expected, default)
         return default
     return value
 

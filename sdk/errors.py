@@ -19,6 +19,10 @@ class CanonicalEncodingError(TailcutError, TypeError):
     """A payload holds a value the canonical JSON rules cannot encode."""
 
 
+class RedactHookError(CanonicalEncodingError):
+    """The ``redact`` hook raised, so the payload is not recorded (its unredacted text never leaves)."""
+
+
 class MissingDependencyError(TailcutError, ImportError):
     """A pipeline command ran without the optional dependencies it needs."""
 

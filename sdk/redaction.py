@@ -15,7 +15,9 @@ found by searching the canonical JSON text for a literal anchor first (``sk-``, 
 none of the usual spellings (``aPi_KeY``) inside plain dicts are not caught; pass a ``redact`` hook
 if your payloads carry such keys. A user hook (``tailcut.init(redact=...)``)
 runs after the defaults on the decoded value; it receives ``(value, kind=..., field=...)`` and returns
-the value to record. The request hash is computed after redaction, and a replay redacts the live
+the value to record; if it raises, that payload is not recorded at all (neither text nor hash: the
+unredacted text must not leave), the span says so and ``tailcut.stats()["hook_errors"]`` counts it,
+and the agent carries on. The request hash is computed after redaction, and a replay redacts the live
 request the same way, so matching is unaffected.
 """
 
@@ -124,7 +126,8 @@ def redact_keys(value: Any) -> Any:
 
     Keys are matched in their usual spellings (``api_key``, ``api-key``, ``apiKey``, ``API_KEY``,
     ``X-Api-Key``, ``Authorization``, ...). Dataclasses and pydantic models are expanded to the object
-    the canonical rules would encode, and redacted as such.
+    the canonical rules would encode, and redacted as such (a conversion that raises gives
+    :class:`~tailcut.errors.CanonicalEncodingError`).
 
     Examples
     --------
@@ -144,9 +147,9 @@ def _redact_copy(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if dataclasses.is_dataclass(value) or callable(getattr(value, "model_dump", None)):
-        from tailcut.canonical import _encode_extra  # the object the canonical rules would encode
+        from tailcut.canonical import encodable  # the object the canonical rules would encode
 
-        return _redact_copy(_encode_extra(value))
+        return _redact_copy(encodable(value))
     return value
 
 

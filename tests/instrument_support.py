@@ -64,9 +64,14 @@ class ServeRecorded:
         )
 
 
-def run_python(code: str, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (optionally under a launcher such as opentelemetry-instrument)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TAILCUT_"))}
+def run_python(
+    code: str, *args: str, launcher: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (optionally under a launcher such as opentelemetry-instrument).
+
+    The child sees no ``OTEL_*`` or ``TAILCUT_*`` variable of this process, only those of ``env``.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TAILCUT_"))} | (env or {})
     return subprocess.run(
         [*launcher, sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,

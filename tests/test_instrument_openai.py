@@ -494,7 +494,10 @@ def test_opentelemetry_instrument_records_without_tailcut_init(server):
                           "spans": [dict(span.attributes) for span in exporter.get_finished_spans()]}))
     """
 
-    done = run_python(agent, server.openai_base_url, launcher=(str(launcher),))
+    # No configurator (opentelemetry-distro's would set a provider first): the application sets its own.
+    done = run_python(
+        agent, server.openai_base_url, launcher=(str(launcher),), env={"OTEL_PYTHON_CONFIGURATOR": "none"}
+    )
 
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -13,20 +13,52 @@ from tailcut import attributes as attr
 from tests.otlp_sink import OtlpSink
 
 
-def run_agent(code: str, env: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
-    """Run an agent script in a fresh interpreter (init() configures a process once)."""
+def run_agent(
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd=None,
+    timeout: float = 120,
+    launcher: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
+    """Run an agent script in a fresh interpreter (init() configures a process once).
+
+    The agent sees no ``OTEL_*`` or ``TAILCUT_*`` variable of this process, only those of ``env``;
+    ``launcher`` runs it under e.g. ``opentelemetry-instrument``.
+    """
     import os
 
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TAILCUT_"))}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [*launcher, sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=120,
+        timeout=timeout,
         cwd=cwd,
     )
+
+
+#: An agent that records one run of three tool calls, then shuts down and prints ``tailcut.stats()`` as
+#: JSON (with ``--leave-to-atexit``: leaves that to the exit hook); ``{init}`` is what ``init`` gets.
+STATS_AGENT = """
+    import json, sys
+    import tailcut
+    tailcut.init({init})
+
+    @tailcut.tool
+    def work(i):
+        return i
+
+    with tailcut.run("agent"):
+        for i in range(3):
+            work(i)
+    if "--leave-to-atexit" not in sys.argv:
+        tailcut.shutdown()
+        print(json.dumps(tailcut.stats()))
+    print("agent finished", flush=True)
+"""
 
 
 def _value(any_value):
@@ -115,6 +147,31 @@ def test_existing_tracer_provider_is_kept():
     names = sorted(span.name for _, span in sink.spans)
     assert names == ["agent", "app-span"]
     assert {resource["service.name"] for resource, _ in sink.spans} == {"app-owned"}
+
+
+def test_stats_count_the_exports_of_the_applications_own_pipeline():
+    """init() without an endpoint adds no exporter to an application's provider, yet stats are true."""
+    with OtlpSink() as sink:
+        done = run_agent(
+            f"""
+            from opentelemetry import trace
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            provider = TracerProvider()
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter("{sink.endpoint}/v1/traces")))
+            trace.set_tracer_provider(provider)
+            import tailcut
+            tailcut.init()
+            with tailcut.run("agent"):
+                pass
+            provider.force_flush()
+            print(tailcut.stats()["spans_exported"])
+            """
+        )
+        assert done.returncode == 0, done.stderr
+    assert len(sink.spans) == 1
+    assert done.stdout.strip() == "1"
 
 
 def test_second_init_warns_and_changes_nothing():
