@@ -20,7 +20,7 @@ from tailcut.analysis import Dataset, Thresholds
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.exporters import DataDirWriter
 from tailcut.exporters._signals import trace_rows
-from tests.analysis_support import read_table, record, rewrite, spans_table
+from tests.analysis_support import read_table, record, rewrite, scripted_clock, spans_table
 from tests.test_analysis_classify import LOOKUP_SCHEMA, chat_response, chat_tools, llm, lookup, normal_run
 
 NORMAL_RUNS = 24
@@ -104,6 +104,7 @@ def recorded(tmp_path_factory):
                 scenario(run)
 
     record(data, body)
+    scripted_clock(data)  # durations the cost rule reads must not depend on the host's speed
     return data, traces, Dataset(data).classify()
 
 
