@@ -17,7 +17,6 @@ leaves nothing behind.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import os
@@ -33,17 +32,12 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from tailcut import attributes as attr
+from tailcut.canonical import sha256_hex
 from tailcut.errors import TailcutError
-from tailcut.exporters import schema
+from tailcut.exporters import _corpus_conventions as conventions
+from tailcut.exporters import corpus_format, schema
 from tailcut.exporters._payloads import data_dir_store, resolve_payload
 from tailcut.payloads import PayloadStore, PayloadStoreError
-
-MANIFEST: Final = "manifest.json"
-#: The sha256 of ``manifest.json`` itself, so a corpus reader can trust the manifest it checks files with.
-MANIFEST_DIGEST: Final = "manifest.sha256"
-RUNS: Final = "runs.parquet"
-ENVELOPES: Final = "envelopes.parquet"
-CORPUS_FORMAT: Final = "tailcut-corpus"
 
 
 class CorpusWriteError(TailcutError):
@@ -120,6 +114,9 @@ _SPAN_COLUMNS: Final = [
     "provider",
     "tool_name",
     "agent_name",
+    "finish_reason",
+    "input_tokens",
+    "output_tokens",
     "boundary",
     "occurrence",
     "seq",
@@ -164,65 +161,111 @@ def _json_or_text(value: str | None) -> str | None:
     return value
 
 
+def _root(spans: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's span: the trace's parentless span (tailcut's ``root`` first when there are several)."""
+    parentless = [s for s in spans if s["parent_span_id"] is None]
+    return min(parentless, key=lambda s: (s["kind"] != "root", s["span_index"]), default=None)
+
+
+def _envelope(
+    trace_id: str,
+    span: dict[str, Any],
+    parents: Mapping[str, str | None],
+    crossings: Mapping[str, Mapping[str, Any]],
+    stores: Sequence[PayloadStore],
+    problems: list[str],
+) -> dict[str, Any]:
+    """The envelope row of one boundary crossing; what keeps it from being replayed goes to ``problems``."""
+    span_attrs = _attributes(span)
+    key = f"{span['boundary']}#{span['occurrence']}"
+    request, why_request = _resolve(span["request"], span["request_sha256"], stores)
+    response, why_response = _resolve(span["response"], span["response_sha256"], stores)
+    events, why_events = _resolve(span_attrs.get(attr.STREAM_EVENTS), None, stores)
+    for why in (why_request, why_response, why_events):
+        if why:
+            problems.append(f"{key}: {why}")
+    recorded_by = conventions.convention(span, span_attrs)
+    request_sha, response_sha = span["request_sha256"], span["response_sha256"]
+    if recorded_by == conventions.TAILCUT:
+        if request is None and request_sha and not why_request:
+            problems.append(f"{key}: content capture was off (hash only)")
+    else:
+        if span["boundary"] == conventions.OPENAI_CHAT:
+            exchange = conventions.openai_chat_exchange(
+                recorded_by, {**span, "request": request, "response": response}, span_attrs
+            )
+            request, response = exchange.request, exchange.response
+            if exchange.problem:
+                problems.append(f"{key} ({recorded_by}): {exchange.problem}")
+            request_sha = sha256_hex(request) if request is not None else None
+            response_sha = sha256_hex(response) if response is not None else None
+        elif span["kind"] == "llm":
+            problems.append(
+                f"{key} ({recorded_by}): tailcut replays third-party llm crossings of "
+                f"{conventions.OPENAI_CHAT} only; record this call with tailcut's instrumentation"
+            )
+        missing = [what for what, value in (("request", request), ("response", response)) if value is None]
+        if missing and span["error_type"] is None and not (why_request or why_response):
+            hint = conventions.CAPTURE_HINTS[recorded_by]
+            problems.append(f"{key} ({recorded_by}): its {' and '.join(missing)} was not recorded; {hint}")
+    retries = span_attrs.get(attr.RETRIES)
+    return {
+        "trace_id": trace_id,
+        "seq": span["seq"] or 0,
+        "boundary": span["boundary"],
+        "occurrence": span["occurrence"] or 0,
+        "kind": span["kind"],
+        "name": span["name"],
+        "span_id": span["span_id"],
+        "parent_seq": _enclosing_seq(span["span_id"], parents, crossings),
+        "request": request,
+        "request_sha256": request_sha,
+        "response": response,
+        "response_sha256": response_sha,
+        "stream_events": events,
+        "error_type": span["error_type"],
+        "error_message": span_attrs.get(attr.ERROR_MESSAGE) or span["status_message"],
+        "latency_ms": span["duration_ms"],
+        "attempt": span["attempt"],
+        "retries": int(retries) if retries is not None else None,
+        "model": span["model"],
+        "provider": span["provider"],
+        "tool_name": span["tool_name"],
+        "convention": recorded_by,
+    }
+
+
 def _build(
     trace_id: str, spans: list[dict[str, Any]], selection: Selection, stores: Sequence[PayloadStore]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The runs row and envelope rows of one trace."""
     problems: list[str] = []
-    roots = [s for s in spans if s["kind"] == "root"]
-    root = roots[0] if roots else None
+    root = _root(spans)
     if not spans:
         problems.append("no spans of this trace are in the data dir")
     elif root is None:
-        problems.append("the run's root span was not recorded (missing spans)")
+        problems.append("the run's root span was not recorded (missing spans): no span is parentless")
     root_attrs = _attributes(root) if root else {}
-    run_input = _json_or_text(root_attrs.get(attr.RUN_INPUT))
+    fields = conventions.run_fields(root, root_attrs) if root else {}
+    run_input = run_output = None
     if root is not None:
-        run_input, why = _resolve(run_input, None, stores)
+        run_input, why = _resolve(fields["input"].value, None, stores)
         if run_input is None:
-            problems.append(why or "the run's input was not recorded")
-    envelopes = []
+            problems.append(why or f"the run's input was not recorded: {conventions.INPUT_HINT}")
+        run_output, _ = _resolve(fields["output"].value, None, stores)
     crossings = {
         s["span_id"]: s for s in spans if s["kind"] in attr.BOUNDARY_KINDS and s["boundary"] is not None
     }
     parents = {s["span_id"]: s["parent_span_id"] for s in spans}
-    for span in spans:
-        if span["span_id"] not in crossings:
-            continue
-        span_attrs = _attributes(span)
-        request, why_request = _resolve(span["request"], span["request_sha256"], stores)
-        response, why_response = _resolve(span["response"], span["response_sha256"], stores)
-        events, why_events = _resolve(span_attrs.get(attr.STREAM_EVENTS), None, stores)
-        for why in (why_request, why_response, why_events):
-            if why:
-                problems.append(f"{span['boundary']}#{span['occurrence']}: {why}")
-        if request is None and span["request_sha256"] and not why_request:
-            problems.append(f"{span['boundary']}#{span['occurrence']}: content capture was off (hash only)")
-        retries = span_attrs.get(attr.RETRIES)
-        envelopes.append(
-            {
-                "trace_id": trace_id,
-                "seq": span["seq"] or 0,
-                "boundary": span["boundary"],
-                "occurrence": span["occurrence"] or 0,
-                "kind": span["kind"],
-                "name": span["name"],
-                "span_id": span["span_id"],
-                "parent_seq": _enclosing_seq(span["span_id"], parents, crossings),
-                "request": request,
-                "request_sha256": span["request_sha256"],
-                "response": response,
-                "response_sha256": span["response_sha256"],
-                "stream_events": events,
-                "error_type": span["error_type"],
-                "error_message": span_attrs.get(attr.ERROR_MESSAGE) or span["status_message"],
-                "latency_ms": span["duration_ms"],
-                "attempt": span["attempt"],
-                "retries": int(retries) if retries is not None else None,
-                "model": span["model"],
-                "provider": span["provider"],
-                "tool_name": span["tool_name"],
-            }
+    envelopes = [
+        _envelope(trace_id, span, parents, crossings, stores, problems)
+        for span in spans
+        if span["span_id"] in crossings
+    ]
+    if root is not None and not envelopes and not problems:
+        problems.append(
+            "the trace recorded no boundary crossing (llm or tool call) to replay: instrument the model "
+            "client (tailcut.instrument_openai(), or an OpenInference, OpenLLMetry or GenAI instrumentor)"
         )
     score = root_attrs.get(attr.OUTCOME_SCORE)
     run = {
@@ -235,7 +278,7 @@ def _build(
         "env_revision": root_attrs.get(attr.ENV_REVISION),
         "prompt_version": root_attrs.get(attr.PROMPT_VERSION),
         "initial_state": _json_or_text(root_attrs.get(attr.INITIAL_STATE)),
-        "outcome": root_attrs.get(attr.OUTCOME),
+        "outcome": fields["outcome"].value if root else None,
         "outcome_score": float(score) if score is not None else None,
         "error_type": root["error_type"] if root else None,
         "categories": list(selection.categories),
@@ -247,6 +290,11 @@ def _build(
         "not_replayable_reason": "; ".join(problems) if problems else None,
         "boundary_count": len(envelopes),
         "start_time": root["start_time"] if root else None,
+        "root_kind": root["kind"] if root else None,
+        "run_input_source": fields["input"].source if run_input is not None else None,
+        "run_output": run_output,
+        "run_output_source": fields["output"].source if run_output is not None else None,
+        "outcome_source": fields["outcome"].source if root else None,
     }
     return run, sorted(envelopes, key=lambda e: e["seq"])
 
@@ -265,25 +313,9 @@ def _enclosing_seq(
     return None
 
 
-def write_manifest(corpus: Path, manifest: Mapping[str, Any]) -> None:
-    """Write ``manifest.json`` and its digest ``manifest.sha256`` (``sha256sum`` format)."""
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    (corpus / MANIFEST).write_text(text, encoding="utf-8")
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    (corpus / MANIFEST_DIGEST).write_text(f"{digest}  {MANIFEST}\n", encoding="utf-8")
-
-
 def _write_parquet(rows: list[dict[str, Any]], table_schema: pa.Schema, path: Path) -> None:
     table = pa.Table.from_pylist(rows, schema=table_schema)
     pq.write_table(table, path, compression="zstd")
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_corpus(
@@ -340,31 +372,10 @@ def write_corpus(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        _write_parquet(runs, schema.CORPUS_RUNS, staging / RUNS)
-        _write_parquet(envelopes, schema.CORPUS_ENVELOPES, staging / ENVELOPES)
-        manifest = {
-            "format": CORPUS_FORMAT,
-            "schema_version": schema.SCHEMA_VERSION,
-            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "selection": dict(description or {}),
-            "traces": [
-                {
-                    "trace_id": run["trace_id"],
-                    "reason": run["selection_reason"],
-                    "categories": run["categories"],
-                    "inclusion_probability": run["inclusion_probability"],
-                    "baseline": run["baseline"],
-                    "replayable": run["replayable"],
-                    "not_replayable_reason": run["not_replayable_reason"],
-                }
-                for run in runs
-            ],
-            "files": {
-                name: {"sha256": _sha256_file(staging / name), "bytes": (staging / name).stat().st_size}
-                for name in (RUNS, ENVELOPES)
-            },
-        }
-        write_manifest(staging, manifest)
+        _write_parquet(runs, corpus_format.RUNS_SCHEMA, staging / corpus_format.RUNS)
+        _write_parquet(envelopes, corpus_format.ENVELOPES_SCHEMA, staging / corpus_format.ENVELOPES)
+        manifest = corpus_format.build_manifest(staging, runs, description or {})
+        corpus_format.write_manifest(staging, manifest)
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)

@@ -167,6 +167,12 @@ CORPUS_RUNS: Final = pa.schema(
         _f("not_replayable_reason", pa.string()),
         _f("boundary_count", pa.int32(), False),
         _f("start_time", TIMESTAMP),
+        # where each field came from: the attribute of the run's parentless span that held it (null: none)
+        _f("root_kind", pa.string()),  # the tailcut kind of that span (root, agent, chain, llm, ...)
+        _f("run_input_source", pa.string()),  # tailcut.run.input, input.value, traceloop.entity.input, ...
+        _f("run_output", JSON),  # what the run returned, where its convention records it
+        _f("run_output_source", pa.string()),  # output.value, traceloop.entity.output, ...
+        _f("outcome_source", pa.string()),  # tailcut.outcome
     ],
     metadata={TABLE_KEY: b"corpus_runs", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
@@ -196,6 +202,8 @@ CORPUS_ENVELOPES: Final = pa.schema(
         _f("model", pa.string()),
         _f("provider", pa.string()),
         _f("tool_name", pa.string()),
+        # who recorded the crossing: tailcut, openinference, openllmetry or genai (see tailcut.replay)
+        _f("convention", pa.string()),
     ],
     metadata={TABLE_KEY: b"corpus_envelopes", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )

@@ -3,32 +3,23 @@
 A replay that serves a damaged record proves nothing, so :func:`load_corpus` checks every file against
 the sha256 the manifest lists (and its size, which catches a truncated copy early), checks that the
 manifest's list of traces agrees with ``runs.parquet``, and refuses a manifest it cannot read or whose
-schema version it does not know. Every refusal is one line naming the file and the fix.
+schema version it does not know. The format and its checks are defined once, in
+:mod:`tailcut.exporters.corpus_format`; this module turns the rows into the objects a replay uses.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from tailcut.canonical import loads
-from tailcut.errors import CorpusError, ReplayError
-from tailcut.exporters import schema
-from tailcut.exporters.corpus import CORPUS_FORMAT, ENVELOPES, MANIFEST, MANIFEST_DIGEST, RUNS
+from tailcut.errors import ReplayError
+from tailcut.exporters import corpus_format
+from tailcut.exporters._corpus_conventions import TAILCUT
 from tailcut.interceptor import Served
-
-#: Schema versions of corpora this reader understands.
-KNOWN_SCHEMA_VERSIONS: Final = frozenset({schema.SCHEMA_VERSION})
-_FIX: Final = "re-run tailcut export-corpus"
-_RUN_COLUMNS: Final = [f.name for f in schema.CORPUS_RUNS if f.name != "start_time"]
-_ENVELOPE_COLUMNS: Final = [f.name for f in schema.CORPUS_ENVELOPES]
-#: Read when present: the ``seq`` of the boundary crossing a crossing was made inside (see ``Envelope``).
-_PARENT_SEQ: Final = "parent_seq"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +45,12 @@ class Envelope:
     latency_ms: float = 0.0
     attempt: int | None = None
     parent_seq: int | None = None
+    convention: str = TAILCUT
+
+    @property
+    def third_party(self) -> bool:
+        """Recorded by another instrumentation (OpenInference, OpenLLMetry, GenAI), not by tailcut."""
+        return self.convention != TAILCUT
 
     @property
     def key(self) -> str:
@@ -88,11 +85,18 @@ class CorpusRun:
     not_replayable_reason: str | None = None
     agent_name: str | None = None
     error_type: str | None = None  # what the recorded run raised, if it raised
+    run_output: str | None = None  # what the recorded run returned, where its convention records it
+    run_input_source: str | None = None
 
     @property
     def input(self) -> Any:
         """The decoded run input the agent entry point is called with."""
         return loads(self.run_input) if self.run_input is not None else None
+
+    @property
+    def output(self) -> Any:
+        """The decoded output the recorded run returned (None when not recorded)."""
+        return loads(self.run_output) if self.run_output is not None else None
 
 
 @dataclass(frozen=True)
@@ -157,21 +161,13 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
         manifest.json; re-run tailcut export-corpus``.
     """
     root = Path(path)
-    if not root.is_dir():
-        raise CorpusError(f"corpus refused: {root} is not a directory; write one with tailcut export-corpus")
+    manifest = corpus_format.verified_manifest(root, verify=verify)
+    rows = corpus_format.read_rows(root / corpus_format.RUNS, corpus_format.RUNS_SCHEMA)
     if verify:
-        _check_manifest_digest(root)
-    manifest = _read_manifest(root)
-    listed = manifest.get("files")
-    if not isinstance(listed, Mapping):
-        raise CorpusError(f"corpus refused: {MANIFEST} lists no files; {_FIX}")
-    for name in (RUNS, ENVELOPES):
-        _check_file(root, name, listed.get(name), verify=verify)
-    runs = [_run(row) for row in _read_rows(root / RUNS, _RUN_COLUMNS, ())]
-    if verify:
-        _check_trace_list(manifest, runs)
+        corpus_format.check_trace_list(manifest, rows)
+    runs = [_run(row) for row in rows]
     envelopes: dict[str, list[Envelope]] = {}
-    for row in _read_rows(root / ENVELOPES, _ENVELOPE_COLUMNS, (_PARENT_SEQ,)):
+    for row in corpus_format.read_rows(root / corpus_format.ENVELOPES, corpus_format.ENVELOPES_SCHEMA):
         envelopes.setdefault(row["trace_id"], []).append(_envelope(row))
     return Corpus(
         path=root,
@@ -179,88 +175,6 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
         runs={run.trace_id: run for run in runs},
         _envelopes={trace: tuple(sorted(items, key=lambda e: e.seq)) for trace, items in envelopes.items()},
     )
-
-
-def _check_manifest_digest(root: Path) -> None:
-    """``manifest.sha256`` must hold the sha256 of ``manifest.json`` (the manifest vouches for the rest)."""
-    try:
-        recorded = (root / MANIFEST_DIGEST).read_text(encoding="utf-8").split()[0]
-        actual = hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
-    except (OSError, IndexError, UnicodeDecodeError):
-        raise CorpusError(f"corpus refused: {MANIFEST_DIGEST} is missing or unreadable; {_FIX}") from None
-    if recorded != actual:
-        raise CorpusError(
-            f"corpus refused: {MANIFEST} does not match its sha256 in {MANIFEST_DIGEST}; {_FIX}"
-        )
-
-
-def _read_manifest(root: Path) -> dict[str, Any]:
-    path = root / MANIFEST
-    if not path.is_file():
-        raise CorpusError(f"corpus refused: {MANIFEST} is missing in {root}; {_FIX}")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CorpusError(f"corpus refused: {MANIFEST} is unreadable ({exc}); {_FIX}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != CORPUS_FORMAT:
-        raise CorpusError(f"corpus refused: {MANIFEST} is not a tailcut corpus manifest; {_FIX}")
-    version = manifest.get("schema_version")
-    if version not in KNOWN_SCHEMA_VERSIONS:
-        known = ", ".join(sorted(KNOWN_SCHEMA_VERSIONS))
-        raise CorpusError(
-            f"corpus refused: schema version {version!r} is unknown (this tailcut reads {known}); "
-            "export the corpus again with this version"
-        )
-    return manifest
-
-
-def _check_file(root: Path, name: str, entry: Any, *, verify: bool) -> None:
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("sha256"), str):
-        raise CorpusError(f"corpus refused: {MANIFEST} lists no sha256 for {name}; {_FIX}")
-    path = root / name
-    if not path.is_file():
-        raise CorpusError(f"corpus refused: {name} is missing; {_FIX}")
-    if not verify:
-        return
-    size = entry.get("bytes")
-    if isinstance(size, int) and path.stat().st_size != size:
-        raise CorpusError(f"corpus refused: {name} is not the size {MANIFEST} lists (truncated?); {_FIX}")
-    with path.open("rb") as fh:
-        digest = hashlib.file_digest(fh, "sha256").hexdigest()
-    if digest != entry["sha256"]:
-        raise CorpusError(f"corpus refused: {name} does not match its sha256 in {MANIFEST}; {_FIX}")
-
-
-def _read_rows(path: Path, columns: list[str], optional: Iterable[str]) -> list[dict[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        available = set(pq.read_schema(path).names)
-        missing = [c for c in columns if c not in available]
-        if missing:
-            raise CorpusError(f"corpus refused: {path.name} has no column {missing[0]}; {_FIX}")
-        wanted = columns + [c for c in optional if c in available]
-        return pq.read_table(path, columns=wanted).to_pylist()
-    except (OSError, pa.ArrowException) as exc:
-        raise CorpusError(
-            f"corpus refused: {path.name} is not a readable Parquet file ({exc}); {_FIX}"
-        ) from None
-
-
-def _check_trace_list(manifest: Mapping[str, Any], runs: list[CorpusRun]) -> None:
-    """The manifest's ``traces`` must say what ``runs.parquet`` says (the manifest hashes only the files)."""
-    listed = manifest.get("traces")
-    expected = [(r.trace_id, r.replayable, r.selection_reason, r.inclusion_probability) for r in runs]
-    try:
-        found = [
-            (t["trace_id"], t["replayable"], t["reason"], t["inclusion_probability"])
-            for t in listed  # type: ignore[union-attr]
-        ]
-    except (TypeError, KeyError):
-        found = None
-    if found != expected:
-        raise CorpusError(f"corpus refused: {MANIFEST} does not agree with {RUNS} on its traces; {_FIX}")
 
 
 def _run(row: Mapping[str, Any]) -> CorpusRun:
@@ -278,6 +192,8 @@ def _run(row: Mapping[str, Any]) -> CorpusRun:
         not_replayable_reason=row["not_replayable_reason"],
         agent_name=row["agent_name"],
         error_type=row["error_type"],
+        run_output=row.get("run_output"),
+        run_input_source=row.get("run_input_source"),
     )
 
 
@@ -296,5 +212,6 @@ def _envelope(row: Mapping[str, Any]) -> Envelope:
         error_message=row["error_message"],
         latency_ms=row["latency_ms"],
         attempt=row["attempt"],
-        parent_seq=row.get(_PARENT_SEQ),
+        parent_seq=row.get("parent_seq"),
+        convention=row.get("convention") or TAILCUT,
     )

@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from tailcut import _config
 from tailcut._threads import thread_context
 from tailcut.exporters import ParquetSpanExporter, schema
-from tailcut.exporters.corpus import Selection, write_corpus, write_manifest
+from tailcut.exporters.corpus import Selection, write_corpus
+from tailcut.exporters.corpus_format import write_manifest
 from tailcut.payloads import PayloadStore
 
 

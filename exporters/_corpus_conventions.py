@@ -1,0 +1,261 @@
+"""What a replay corpus takes from spans of each instrumentation convention.
+
+**The run.** A trace's run is its parentless span, whatever its kind. Its fields come from the first
+source present (the source's name is written beside the field in ``runs.parquet``):
+
+==============  ===========================================================================================
+field           sources, in order
+==============  ===========================================================================================
+input           ``tailcut.run.input``; ``input.value`` (OpenInference: JSON when ``input.mime_type`` is
+                ``application/json``, else the text); ``traceloop.entity.input`` (OpenLLMetry: a
+                ``{"args": [x], "kwargs": {}}`` call of one argument is unwrapped to ``x``);
+                ``gen_ai.input.messages`` (GenAI)
+output          ``tailcut.run.output``; ``output.value``; ``traceloop.entity.output``;
+                ``gen_ai.output.messages``
+outcome         ``tailcut.outcome`` (the other conventions have none)
+==============  ===========================================================================================
+
+Ingest may have moved an input or output attribute of a third-party span into its ``request`` or
+``response`` column; it is read from there, and its source named by the convention's marker.
+
+**Crossings.** Each boundary crossing's ``convention`` says who recorded it: ``tailcut`` (spans with
+``tailcut.attempt``), ``openinference`` (``openinference.span.kind``), ``openllmetry`` (``traceloop.*``,
+``llm.*`` or OpenLLMetry's ``gen_ai.openai.api_base``/``gen_ai.is_streaming``) or ``genai`` (the rest).
+A third-party ``llm:openai.chat`` crossing is stored as the OpenAI Chat Completions exchange tailcut's
+``openai`` instrumentation replays:
+
+=============  ===============================================  ============================================
+convention     request                                          response
+=============  ===============================================  ============================================
+openinference  ``input.value``: the keyword arguments of        ``output.value``: the ``chat.completion``
+               ``create()`` (model, messages, tools, params)    body as received
+openllmetry,   as ingest rebuilt it: ``{"model", "messages",    a ``chat.completion`` rebuilt from
+genai          "tools", "parameters"}`` (GenAI message model)   ``gen_ai.output.messages`` (text, tool calls
+                                                                with ids), ``gen_ai.response.id``, the
+                                                                model, finish reason and token usage
+=============  ===============================================  ============================================
+
+What a replay compares of each is in :mod:`tailcut.replay._conventions`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+from tailcut import attributes as attr
+from tailcut.canonical import canonicalize, loads
+from tailcut.exporters import _names as n
+
+TAILCUT: Final = "tailcut"
+OPENINFERENCE: Final = "openinference"
+OPENLLMETRY: Final = "openllmetry"
+GENAI: Final = "genai"
+#: The boundary whose third-party crossings a replay can serve through the ``openai`` SDK.
+OPENAI_CHAT: Final = "llm:openai.chat"
+_OPENLLMETRY_KEYS: Final = frozenset({"gen_ai.openai.api_base", "gen_ai.is_streaming"})
+#: How to make each convention record content, for messages about what is missing.
+CAPTURE_HINTS: Final = {
+    TAILCUT: "turn tailcut's content capture on",
+    OPENINFERENCE: "leave OPENINFERENCE_HIDE_INPUTS and OPENINFERENCE_HIDE_OUTPUTS unset",
+    OPENLLMETRY: "set TRACELOOP_TRACE_CONTENT=true",
+    GENAI: "set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY and "
+    "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental",
+}
+#: How to record a run's input, for the message of a run without one.
+INPUT_HINT: Final = (
+    "pass input= to tailcut.run, or set input.value (OpenInference) or traceloop.entity.input "
+    "(OpenLLMetry) on the trace's root span"
+)
+#: GenAI finish reasons -> OpenAI's.
+_FINISH_REASONS: Final = {"tool_call": "tool_calls", "tool_calls": "tool_calls", "error": "stop"}
+
+
+class Sourced(NamedTuple):
+    """A run field as JSON text, and the attribute it came from (both None when it was not recorded)."""
+
+    value: str | None
+    source: str | None
+
+
+_NONE: Final = Sourced(None, None)
+
+
+def convention(row: Mapping[str, Any], attributes: Mapping[str, str]) -> str:
+    """Who recorded a span of the ``spans`` table (see the module docstring)."""
+    if row.get("attempt") is not None:
+        return TAILCUT
+    if n.OI_SPAN_KIND in attributes:
+        return OPENINFERENCE
+    if any(k.startswith(("traceloop.", "llm.")) or k in _OPENLLMETRY_KEYS for k in attributes):
+        return OPENLLMETRY
+    return GENAI
+
+
+def _json_text(value: str) -> str:
+    """An attribute's text as JSON text: itself when it is JSON, else a JSON string."""
+    try:
+        json.loads(value)
+    except ValueError:
+        return json.dumps(value)
+    return value
+
+
+def _unwrap_call(value: str) -> str:
+    """OpenLLMetry records a call as ``{"args": [...], "kwargs": {...}}``: one positional argument is
+    the input."""
+    decoded = loads(value)
+    if isinstance(decoded, dict) and set(decoded) == {"args", "kwargs"} and not decoded["kwargs"]:
+        args = decoded["args"]
+        if isinstance(args, list) and len(args) == 1:
+            return canonicalize(args[0])[0]
+    return value
+
+
+_INPUT_KEYS: Final = (
+    attr.RUN_INPUT,
+    n.OI_INPUT_VALUE,
+    n.OI_INPUT_MIME_TYPE,
+    n.TRACELOOP_ENTITY_INPUT,
+    n.GEN_AI_INPUT_MESSAGES,
+    "request",
+)
+_OUTPUT_KEYS: Final = (
+    attr.RUN_OUTPUT,
+    n.OI_OUTPUT_VALUE,
+    n.OI_OUTPUT_MIME_TYPE,
+    n.TRACELOOP_ENTITY_OUTPUT,
+    n.GEN_AI_OUTPUT_MESSAGES,
+    "response",
+)
+
+
+def _field(
+    root: Mapping[str, Any], attributes: Mapping[str, str], *, output: bool
+) -> tuple[str | None, str | None]:
+    tailcut_key, oi_key, oi_mime, traceloop_key, genai_key, column = _OUTPUT_KEYS if output else _INPUT_KEYS
+    if tailcut_key in attributes:
+        return _json_text(attributes[tailcut_key]), tailcut_key
+    if oi_key in attributes:
+        text = attributes[oi_key]
+        is_json = attributes.get(oi_mime) == n.OI_JSON_MIME_TYPE
+        return (_json_text(text) if is_json else json.dumps(text)), oi_key
+    if traceloop_key in attributes:
+        return _unwrap_call(_json_text(attributes[traceloop_key])), traceloop_key
+    if genai_key in attributes:
+        return _json_text(attributes[genai_key]), genai_key
+    stored = root.get(column)
+    if stored is None or root.get("kind") == "root":
+        return None, None
+    if n.OI_SPAN_KIND in attributes:
+        return stored, oi_key
+    if n.TRACELOOP_SPAN_KIND in attributes:
+        return _unwrap_call(stored), traceloop_key
+    if root.get("kind") == "llm":  # ingest rebuilt {"messages", ...} from the GenAI attributes
+        messages = loads(stored).get("messages")
+        return (canonicalize(messages)[0], genai_key) if messages is not None else (None, None)
+    return None, None
+
+
+def run_fields(root: Mapping[str, Any], attributes: Mapping[str, str]) -> dict[str, Sourced]:
+    """The run's ``input``, ``output`` and ``outcome`` from its parentless span, with their sources."""
+    outcome = attributes.get(attr.OUTCOME)
+    return {
+        "input": Sourced(*_field(root, attributes, output=False)),
+        "output": Sourced(*_field(root, attributes, output=True)),
+        "outcome": Sourced(outcome, attr.OUTCOME) if outcome is not None else _NONE,
+    }
+
+
+class Exchange(NamedTuple):
+    """A crossing's request and response as a replay serves and compares them, or why it cannot be."""
+
+    request: str | None
+    response: str | None
+    problem: str | None = None
+
+
+def openai_chat_exchange(
+    convention_name: str, span: Mapping[str, Any], attributes: Mapping[str, str]
+) -> Exchange:
+    """The Chat Completions request and ``chat.completion`` response of a third-party llm crossing.
+
+    ``span`` is the crossing's row of the ``spans`` table with its payload columns resolved.
+    """
+    request, response = span["request"], span["response"]
+    if convention_name == OPENINFERENCE:
+        if attributes.get(n.OI_INPUT_MIME_TYPE) == n.OI_JSON_MIME_TYPE and n.OI_INPUT_VALUE in attributes:
+            request = canonicalize(loads(attributes[n.OI_INPUT_VALUE]))[0]
+        body = _completion_body(attributes.get(n.OI_OUTPUT_VALUE))
+        if body is not None:
+            return Exchange(request, canonicalize(body)[0])
+    if response is None:
+        return Exchange(request, None)
+    decoded = loads(response)
+    messages = decoded.get("messages") if isinstance(decoded, dict) else None
+    if not isinstance(messages, list):
+        return Exchange(request, None, "its recorded reply holds no output messages")
+    return Exchange(request, canonicalize(_chat_completion(span, attributes, messages))[0])
+
+
+def _completion_body(text: str | None) -> dict[str, Any] | None:
+    """OpenInference's ``output.value`` when it is a whole ``chat.completion`` body."""
+    if text is None:
+        return None
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) and body.get("object") == "chat.completion" else None
+
+
+def _chat_completion(
+    span: Mapping[str, Any], attributes: Mapping[str, str], messages: list[Any]
+) -> dict[str, Any]:
+    """A ``chat.completion`` body rebuilt from GenAI output messages and the span's response attributes."""
+    choices = []
+    for index, message in enumerate(m for m in messages if isinstance(m, dict)):
+        parts = [p for p in message.get("parts") or () if isinstance(p, dict)]
+        texts = [p.get("content") for p in parts if p.get("type") == "text"]
+        calls = [
+            {
+                "id": p.get("id") or f"call_{span['span_id']}_{index}_{i}",
+                "type": "function",
+                "function": {"name": p.get("name"), "arguments": _arguments_text(p.get("arguments"))},
+            }
+            for i, p in enumerate(p for p in parts if p.get("type") == "tool_call")
+        ]
+        reply: dict[str, Any] = {
+            "role": message.get("role") or "assistant",
+            "content": "".join(t for t in texts if isinstance(t, str)) if texts else None,
+        }
+        if calls:
+            reply["tool_calls"] = calls
+        reason = message.get("finish_reason") or (span.get("finish_reason") if index == 0 else None)
+        reason = _FINISH_REASONS.get(reason, reason) if isinstance(reason, str) else None
+        choices.append(
+            {"index": index, "message": reply, "finish_reason": reason or ("tool_calls" if calls else "stop")}
+        )
+    body: dict[str, Any] = {
+        "id": attributes.get(attr.GEN_AI_RESPONSE_ID) or f"chatcmpl-{span['span_id']}",
+        "object": "chat.completion",
+        "created": int(span["start_time"] // 1_000_000_000) if span.get("start_time") else 0,
+        "model": attributes.get(attr.GEN_AI_RESPONSE_MODEL) or span.get("model") or "",
+        "choices": choices,
+    }
+    prompt, completion = span.get("input_tokens"), span.get("output_tokens")
+    if prompt is not None or completion is not None:
+        body["usage"] = {
+            "prompt_tokens": prompt or 0,
+            "completion_tokens": completion or 0,
+            "total_tokens": (prompt or 0) + (completion or 0),
+        }
+    return body
+
+
+def _arguments_text(arguments: Any) -> str:
+    """Tool-call arguments as the JSON text the wire carries (GenAI records them parsed)."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments if arguments is not None else {}, separators=(",", ":"), ensure_ascii=False)
