@@ -28,6 +28,16 @@ served by (boundary, occurrence), and a crossing the record lacks runs live. A d
 live crossing changed anything is *upstream*: the new code differs from the recorded harness elsewhere
 too (a prompt or a tool schema), which a cut-point test tolerates but reports.
 
+**Crossings other instrumentations recorded.** An ``llm`` envelope recorded by OpenInference,
+OpenLLMetry or the GenAI instrumentor is served like tailcut's own (same boundary and occurrence); its
+live request is compared in the form that convention records (:mod:`tailcut.replay._conventions`). A
+third-party *tool* envelope is served only when the agent's tool is wrapped for replay
+(``@tailcut.tool``); one never asked for ran live unwrapped, and is reported in ``unwrapped``, not as
+a missing crossing: nothing can tell whether it ran.
+
+Crossings made outside any ``tailcut.run`` (an agent whose root span another instrumentation opens) are
+numbered per rerun: the session opens a span context for the block, so they share one run's numbering.
+
 A served crossing whose envelope had crossings recorded *inside* it (``Envelope.parent_seq``) covers
 them: they never happen when their parent is served, so they are not missing, and the run's numbering
 skips them so later crossings keep their recorded (boundary, occurrence).
@@ -37,12 +47,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import importlib
+import random
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tailcut import attributes as attr
@@ -53,6 +67,7 @@ from tailcut.errors import Divergence, ReplayError
 from tailcut.interceptor import Crossing, Served, exception_type_name, use_interceptor
 from tailcut.replay._capture import RerunCapture
 from tailcut.replay._cassette import Cassette, Lookup
+from tailcut.replay._conventions import Comparison
 from tailcut.replay._corpus import Envelope
 from tailcut.replay._divergence import (
     DivergenceRecord,
@@ -168,13 +183,16 @@ class ReplaySession(CrossingCounts):
         self.mode = ReplayMode.parse(mode)
         self.on_divergence = resolve_on_divergence(on_divergence, self.mode)
         self.live_specs = check_live_options(self.mode, live)
-        self._envelopes = tuple(envelopes)
+        self._comparisons = _comparisons(envelopes)
+        self._envelopes = tuple(_as_compared(e, self._comparisons) for e in envelopes)
         self._policy = MatchPolicy(match_on, normalize)
         self._cassette = Cassette(self._envelopes, self._policy)
         self._lock = threading.Lock()
         self._slots: list[_Slot] = []
         self._slot_of: dict[int, _Slot] = {}
         self._divergences: list[DivergenceRecord] = []
+        self._unwrapped: list[Envelope] = []
+        self._asked: Crossing | None = None  # the crossing on_boundary is deciding, as it was asked
         self._stopped: DivergenceRecord | None = None
         self._changed_by: str | None = None
         self._closed = False
@@ -195,6 +213,15 @@ class ReplaySession(CrossingCounts):
         """Every divergence so far (missing crossings are added by :meth:`close`)."""
         with self._lock:
             return list(self._divergences)
+
+    @property
+    def unwrapped(self) -> list[str]:
+        """Third-party tool crossings the agent never asked for (its tool is not wrapped: it ran live).
+
+        Each is ``boundary#occurrence (convention)``; filled in by :meth:`close`.
+        """
+        with self._lock:
+            return [f"{e.key} ({e.convention})" for e in self._unwrapped]
 
     @property
     def first_divergence(self) -> DivergenceRecord | None:
@@ -238,6 +265,7 @@ class ReplaySession(CrossingCounts):
                 if instrumentor.apply():
                     stack.callback(instrumentor.restore)
             stack.enter_context(use_interceptor(self))
+            stack.enter_context(_rerun_context())
             yield self
 
     def _instrumentors(self) -> list[Any]:
@@ -263,13 +291,18 @@ class ReplaySession(CrossingCounts):
             self._closed = True
             if self.mode is not ReplayMode.LIVE and self._stopped is None:
                 for envelope in self._cassette.unplayed():
-                    self._divergences.append(missing_divergence(envelope, downstream_of=self._downstream()))
+                    if envelope.third_party and envelope.kind != "llm":
+                        self._unwrapped.append(envelope)
+                    else:
+                        downstream = self._downstream()
+                        self._divergences.append(missing_divergence(envelope, downstream_of=downstream))
         self._capture.close()
 
     # -- the interceptor protocol ----------------------------------------------------------------------------
     def on_boundary(self, crossing: Crossing) -> Served | None:
         """Serve ``crossing`` from the record, let it run live, or raise :class:`tailcut.Divergence`."""
         with self._lock:
+            self._asked = crossing
             if self._stopped is not None:
                 self._add_slot(crossing, "stopped", None)
                 raise Divergence(f"replay stopped at its first divergence: {self._stopped}", self._stopped)
@@ -277,6 +310,7 @@ class ReplaySession(CrossingCounts):
                 self._add_slot(crossing, "live", None)
                 self.live_counts[crossing.kind] += 1
                 return None
+            crossing = self._compared(crossing)
             lookup = self._cassette.find(
                 crossing.boundary, crossing.occurrence, crossing.request, crossing.request_sha256
             )
@@ -313,7 +347,16 @@ class ReplaySession(CrossingCounts):
                 self._changed_by = f"{crossing.boundary}#{crossing.occurrence}"
 
     # -- decisions (called with the lock held) ---------------------------------------------------------------
+    def _compared(self, crossing: Crossing) -> Crossing:
+        """``crossing`` with its request in the form its boundary's third-party records are compared in."""
+        comparison = self._comparisons.get(crossing.boundary)
+        if comparison is None:
+            return crossing
+        request, sha256 = comparison.live(crossing.request)
+        return crossing if sha256 is None else crossing._replace(request=request, request_sha256=sha256)
+
     def _add_slot(self, crossing: Crossing, status: CrossingStatus, envelope: Envelope | None) -> None:
+        crossing = self._asked or crossing  # the slot keeps the request as the boundary sent it
         slot = _Slot(crossing, status, envelope)
         self._slots.append(slot)
         self._slot_of[id(crossing)] = slot
@@ -365,6 +408,44 @@ class ReplaySession(CrossingCounts):
             self._stopped = record
         self._add_slot(crossing, "stopped", None)
         raise Divergence(record.message, record)
+
+
+def _comparisons(envelopes: Sequence[Envelope]) -> dict[str, Comparison]:
+    """Boundary -> how its live requests are compared, for llm boundaries another convention recorded."""
+    recorded: dict[str, tuple[str, list[str | None]]] = {}
+    for envelope in envelopes:
+        if envelope.third_party and envelope.kind == "llm":
+            recorded.setdefault(envelope.boundary, (envelope.convention, []))[1].append(envelope.request)
+    return {boundary: Comparison(name, requests) for boundary, (name, requests) in recorded.items()}
+
+
+def _as_compared(envelope: Envelope, comparisons: dict[str, Comparison]) -> Envelope:
+    comparison = comparisons.get(envelope.boundary)
+    if comparison is None:
+        return envelope
+    request, sha256 = comparison.recorded(envelope.request)
+    if sha256 is None:
+        return envelope
+    return dataclasses.replace(envelope, request=request, request_sha256=sha256)
+
+
+@contextlib.contextmanager
+def _rerun_context() -> Iterator[None]:
+    """A span context of its own for the block, so crossings outside a ``tailcut.run`` share numbering."""
+    if trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    context = trace.SpanContext(
+        random.getrandbits(128) or 1,
+        random.getrandbits(64) or 1,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),  # a parent-based sampler records children
+    )
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(context)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def check_live_options(mode: ReplayMode, live: Sequence[LiveSpec | str]) -> tuple[LiveSpec, ...]:
