@@ -281,14 +281,14 @@ def _reference(order_id: int, amount: float) -> dict[str, Any]:
 
 
 def verdicts(corpus: replay.Corpus, trace_id: str, guard: Callable[..., Any]) -> tuple[bool, bool]:
-    """(cut-point passed, stub-all passed) of the v2 harness with ``guard`` on the incident."""
+    """(cut-point check passed, stub-all check passed) of the v2 harness with ``guard`` on the incident."""
     agent = functools.partial(fleet.handle_ticket, revision="v2", guard=guard)
     common = {"n": 1, "reset": fleet.reset_desk, "check": fleet.check_run, "traces": [trace_id]}
     cut = replay.run_replay(corpus, agent, mode="cut", live=["router:refund_guard"], **common)
     stubbed = replay.run_replay(
         corpus, agent, mode="recorded", on_divergence="continue", canary=False, **common
     )
-    return cut.results[0].passed, stubbed.results[0].passed
+    return bool(cut.results[0].check_passed), bool(stubbed.results[0].check_passed)
 
 
 def mutation_study(corpus: replay.Corpus, trace_id: str, server: ModelServer) -> None:

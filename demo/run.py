@@ -276,7 +276,8 @@ def cut_point_stage(paths: DemoPaths, stages: Stages, result: DemoResult) -> Non
     result.details["cut"] = verdicts
     for name, report in verdicts.items():
         (trace,) = report.traces()
-        word = "passes" if report.passed else "fails"
+        checked = all(r.check_passed for r in report.results)
+        word = "passes" if report.passed else "check passes, path diverged after the cut" if checked else "fails"
         stages.console.print(f"cut-point, harness {name}: {word}: {trace.rate}")
 
 

@@ -12,12 +12,17 @@ What "passed" means depends on the mode, because each mode proves something diff
     The check passes; by default, the recorded outcome happened again, for real. Divergences are not
     looked for. A live rerun that made no live crossing is flagged *not live*.
 ``cut``
-    The check passes. Divergences are reported (upstream, or downstream of the live boundary) but do not
-    decide: the code under test is expected to change the path. Give a check that judges the cut, e.g.
-    "no unsafe refund went through, served or live"; the default only says whether the recorded outcome
-    reproduced.
+    The check passes and no served boundary diverged. Give a check that judges the cut, e.g. "no unsafe
+    refund went through, served or live"; the default only says whether the recorded outcome reproduced.
 
-In every mode a rerun stopped by a divergence (``on_divergence="stop"``) does not pass.
+In every mode a rerun in which anything diverged from its record (a request, an extra or a missing
+crossing, upstream or downstream of a live boundary) is ``diverged``, never a pass: the recorded
+responses it was served answered other questions, so its outcome proves nothing about the record. Each
+judged rerun is ``pass``, ``fail`` (the check said no) or ``diverged``.
+
+The default check asks that the rerun end as the record did: it raises when the record raised, and its
+``tailcut.outcome`` is the recorded one; where the record has no outcome (OpenInference, OpenLLMetry and
+the GenAI conventions define none) but holds the run's output, the agent's return value must equal it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.errors import CanonicalEncodingError
@@ -61,6 +66,11 @@ class Rerun(CrossingCounts):
         ``tailcut.outcome`` of the rerun's root span, and of the recorded run.
     recorded_error_type : str or None
         What the recorded run raised (its root span's ``error.type``), None when it did not raise.
+    recorded_output : Any
+        What the recorded run returned, where its convention records it (``output.value``, ...).
+    unwrapped : tuple of str
+        Third-party tool crossings the agent never asked for: its tool is not wrapped for replay, so it
+        ran live (``tool:search#1 (openinference)``).
     live_counts, served_counts : Mapping[str, int]
         Crossings per kind that ran live / were served.
     stopped_by : DivergenceRecord or None
@@ -82,6 +92,8 @@ class Rerun(CrossingCounts):
     outcome: str | None
     recorded_outcome: str | None
     recorded_error_type: str | None = None
+    recorded_output: Any = None
+    unwrapped: tuple[str, ...] = ()
     live_counts: Mapping[str, int] = field(default_factory=dict)
     served_counts: Mapping[str, int] = field(default_factory=dict)
     stopped_by: DivergenceRecord | None = None
@@ -127,19 +139,31 @@ def reproduces_outcome(rerun: Rerun) -> tuple[bool, str]:
         if recorded_raised:
             return False, f"the record raised {rerun.recorded_error_type}; the rerun did not"
         return False, f"the rerun raised {type(rerun.error).__name__}; the record did not"
+    if rerun.recorded_outcome is None and rerun.outcome is None and rerun.recorded_output is not None:
+        if _same_value(rerun.output, rerun.recorded_output):
+            return True, "output reproduced (the record has no outcome)"
+        return False, "the output differs from the recorded output (the record has no outcome)"
     if rerun.outcome == rerun.recorded_outcome:
         return True, f"outcome {rerun.recorded_outcome or '(none)'} reproduced"
     return False, f"outcome {rerun.outcome or '(none)'}; the record says {rerun.recorded_outcome or '(none)'}"
 
 
-def judge(rerun: Rerun, check: Check | None) -> tuple[bool, str]:
-    """Whether ``rerun`` passed in its mode (see the module docstring), and why."""
+def _same_value(output: Any, recorded: Any) -> bool:
+    """Equal as JSON; a returned object that JSON cannot hold is compared by its text."""
+    try:
+        return canonical_json(output) == canonical_json(recorded)
+    except CanonicalEncodingError:
+        return str(output) == str(recorded)
+
+
+def judge(rerun: Rerun, check: Check | None) -> RerunResult:
+    """Judge ``rerun`` in its mode (see the module docstring): a rerun that diverged never passes."""
     if rerun.stopped_by is not None:
-        return False, f"stopped at divergence: {rerun.stopped_by}"
+        return RerunResult(rerun, False, f"stopped at divergence: {rerun.stopped_by}", check_passed=None)
     passed, message = _run_check(check or reproduces_outcome, rerun)
-    if rerun.mode is ReplayMode.RECORDED and rerun.divergences:
-        return False, f"{message}; diverged: {rerun.divergences[0]}"
-    return passed, message
+    if rerun.divergences:
+        return RerunResult(rerun, False, f"{message}; diverged: {rerun.divergences[0]}", check_passed=passed)
+    return RerunResult(rerun, passed, message, check_passed=passed)
 
 
 def _run_check(check: Check, rerun: Rerun) -> tuple[bool, str]:
@@ -155,6 +179,9 @@ def _run_check(check: Check, rerun: Rerun) -> tuple[bool, str]:
     return bool(verdict), "check passed" if verdict else "check failed"
 
 
+RerunStatus = Literal["pass", "fail", "diverged"]
+
+
 @dataclass(frozen=True)
 class RerunResult:
     """A judged rerun: one row of the results file."""
@@ -162,6 +189,16 @@ class RerunResult:
     rerun: Rerun
     passed: bool
     check_message: str
+    #: What the check said on its own (None when the rerun was stopped before it ended): a diverged
+    #: cut-point rerun whose check passed shows the code under test did its part.
+    check_passed: bool | None = None
+
+    @property
+    def status(self) -> RerunStatus:
+        """``diverged`` when anything left the record, else ``pass`` or ``fail`` by the check."""
+        if self.rerun.divergences or self.rerun.stopped_by is not None:
+            return "diverged"
+        return "pass" if self.passed else "fail"
 
     @property
     def trace_id(self) -> str:

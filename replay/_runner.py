@@ -32,7 +32,10 @@ Hook = Callable[..., Any]
 
 @dataclass(frozen=True)
 class TraceSummary:
-    """The reruns of one trace as a rate: passed of n, in a mode, with its Wilson interval."""
+    """The reruns of one trace as a rate: passed of n, in a mode, with its Wilson interval.
+
+    ``diverged`` reruns are counted apart and never among the passed (see :mod:`tailcut.replay._rerun`).
+    """
 
     trace_id: str
     mode: ReplayMode
@@ -44,12 +47,21 @@ class TraceSummary:
     high: float
     first_divergence: str | None = None
     label: str = ""
+    diverged: int = 0
+    unwrapped: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> int:
+        """Reruns the check failed (that did not diverge)."""
+        return self.n - self.passed - self.diverged
 
     @property
     def rate(self) -> str:
-        """``bit-stable 20/20 (recorded)``, ``intermittent 3/10 (live)``, ..."""
+        """``bit-stable 20/20 (recorded)``, ``intermittent 3/10 (live)``, ``pass 0/3, diverged 3/3 (cut)``."""
         from tailcut.analysis.stats import format_rate  # the analysis package is heavy to import
 
+        if self.diverged:
+            return f"pass {self.passed}/{self.n}, diverged {self.diverged}/{self.n} ({self.mode.value})"
         if self.bit_stable:
             return f"bit-stable {self.passed}/{self.n} ({self.mode.value})"
         return format_rate(self.passed, self.n, self.mode.value)  # type: ignore[arg-type]
@@ -60,8 +72,15 @@ class TraceSummary:
             parts.append(self.label)
         if self.not_live:
             parts.append("NOT LIVE: no live crossing was made")
-        text = "  ".join(parts)
-        return f"{text}\n    first divergence: {self.first_divergence}" if self.first_divergence else text
+        lines = ["  ".join(parts)]
+        if self.first_divergence:
+            lines.append(f"    first divergence: {self.first_divergence}")
+        if self.unwrapped:
+            lines.append(
+                f"    ran live, not wrapped for replay: {', '.join(self.unwrapped)} "
+                "(wrap the tool with @tailcut.tool to serve it from the record)"
+            )
+        return "\n".join(lines)
 
 
 @dataclass
@@ -98,6 +117,7 @@ class ReplayReport:
             and len({r.rerun.fingerprint() for r in results}) == 1
         )
         first = next((r.rerun.first_divergence for r in results if r.rerun.divergences), None)
+        unwrapped = tuple(dict.fromkeys(key for r in results for key in r.rerun.unwrapped))
         run = self.runs[trace_id]
         label = run.category or ("baseline" if run.baseline else "")
         return TraceSummary(
@@ -111,12 +131,19 @@ class ReplayReport:
             high=high,
             first_divergence=str(first) if first else None,
             label=label,
+            diverged=sum(r.status == "diverged" for r in results),
+            unwrapped=unwrapped,
         )
 
     @property
     def passed(self) -> bool:
-        """True when every rerun passed."""
-        return all(r.passed for r in self.results)
+        """True when at least one rerun ran and every rerun passed."""
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def nothing_replayed(self) -> bool:
+        """No trace of the corpus could be replayed (all skipped, or none selected)."""
+        return not self.results and not self.interrupted
 
     def summary_lines(self) -> list[str]:
         """The report as text: one rate per trace, then what was skipped, the canary and the file."""
@@ -129,6 +156,8 @@ class ReplayReport:
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} trace(s) that cannot be replayed:")
             lines += [f"  {trace_id}: {why}" for trace_id, why in self.skipped.items()]
+        if self.nothing_replayed:
+            lines.append("NOTHING REPLAYED: no trace of the corpus could be replayed")
         if self.canary is not None:
             lines.append(str(self.canary))
         if self.interrupted:
@@ -327,6 +356,8 @@ class _Plan:
             outcome=replay.outcome,
             recorded_outcome=run.outcome,
             recorded_error_type=run.error_type,
+            recorded_output=run.output,
+            unwrapped=tuple(replay.unwrapped),
             live_counts=dict(replay.live_counts),
             served_counts=dict(replay.served_counts),
             stopped_by=replay.stopped_by,
@@ -336,8 +367,7 @@ class _Plan:
             started_at=started_at,
             duration_ms=(time.perf_counter() - start) * 1000.0,
         )
-        passed, message = judge(rerun, self.check)
-        return RerunResult(rerun, passed, message)
+        return judge(rerun, self.check)
 
     def _reset(self, run: CorpusRun, index: int, run_input: Any) -> None:
         if self.reset is None:
@@ -353,12 +383,24 @@ class _Plan:
             ) from None
 
     def canary(self, runs: Sequence[CorpusRun]) -> CanaryResult:
-        """Replay the first run with a feeding response once clean and once corrupted, in recorded mode."""
+        """Corrupt a feeding response of the first run whose clean recorded replay passed, and replay it.
+
+        A trace whose clean replay fails or diverges would make any corrupted replay look "caught", so
+        it is passed over (and named in the result when no trace is left).
+        """
+        unclean: list[str] = []
         for run in runs:
             planned = plan_canary(run.trace_id, self.corpus.envelopes(run.trace_id))
             if planned is None:
                 continue
             clean = self.rerun(run, 0, mode=ReplayMode.RECORDED)
+            if not clean.passed:
+                unclean.append(run.trace_id)
+                continue
             corrupted = self.rerun(run, 0, envelopes=planned.envelopes, mode=ReplayMode.RECORDED)
             return judge_canary(planned, clean.rerun, corrupted.rerun)
+        if unclean:
+            return CanaryResult(
+                None, f"canary: not run: no trace replayed cleanly to corrupt (tried {', '.join(unclean)})"
+            )
         return CanaryResult(None, "canary: not run: no recorded response feeds a later boundary")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from tailcut.errors import TailcutError
-
-#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
-_INTERRUPTED = 130
 
 
 @click.command()
@@ -65,7 +64,20 @@ _INTERRUPTED = 130
     metavar="BOUNDARY",
     help="Match this boundary on boundary and occurrence only, not its request (repeatable).",
 )
-@click.option("--strict", is_flag=True, help="Exit with status 1 unless every rerun passed.")
+@click.option(
+    "--strict/--no-strict",
+    default=True,
+    show_default=True,
+    help="Exit with status 1 when any rerun fails its check or diverges; --no-strict only reports.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="table: lines for a reader; json: one object with stable keys; csv: one row per trace.",
+)
 def replay(
     corpus: str,
     agent: str,
@@ -81,17 +93,28 @@ def replay(
     on_divergence: str | None,
     relax: tuple[str, ...],
     strict: bool,
+    output_format: str,
 ) -> None:
     """Replay the runs of CORPUS: recorded, live or cut-point.
 
     Each replayable run is rerun N times: the reset hook restores the environment, the agent is called
     with the run's recorded input, and the check judges the rerun. Each trace is reported as a rate with
-    its denominator and mode, e.g. "intermittent 3/10 (live)", with a Wilson interval. Python twin:
+    its denominator and mode, e.g. "intermittent 3/10 (live)", with a Wilson interval; a rerun in which
+    anything diverged from the record is counted as diverged, never as passed. Python twin:
     tailcut.replay.run_replay.
+
+    The agent entry point is called with the run's recorded input (decoded JSON) as its one argument;
+    it should open tailcut.run itself (or a root span of its own instrumentation): crossings outside
+    any run are numbered per rerun.
+
+    Exit status: 0 every rerun passed; 1 a rerun failed or diverged (report only with --no-strict), the
+    canary failed, or the replay could not start; 3 no trace of the corpus could be replayed; 130
+    interrupted.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from tailcut.replay._output import exit_status, report_csv, report_dict
     from tailcut.replay._runner import run_replay
 
     console = Console(stderr=True)
@@ -124,12 +147,17 @@ def replay(
             )
         except TailcutError as exc:
             raise click.ClickException(str(exc)) from None
-    for line in report.summary_lines():
-        click.echo(line)
+    if output_format == "json":
+        click.echo(json.dumps(report_dict(report, strict=strict), indent=2))
+    elif output_format == "csv":
+        click.echo(report_csv(report), nl=False)
+    else:
+        for line in report.summary_lines():
+            click.echo(line)
     if report.canary is not None and report.canary.failed:
         click.secho(str(report.canary), fg="red", bold=True, err=True)
-        raise SystemExit(1)
-    if report.interrupted:
-        raise SystemExit(_INTERRUPTED)
-    if strict and not report.passed:
-        raise SystemExit(1)
+    if report.nothing_replayed:
+        click.secho(
+            "tailcut replay: no trace of the corpus could be replayed (see why each was skipped)", err=True
+        )
+    raise SystemExit(exit_status(report, strict=strict))

@@ -3,7 +3,9 @@
 A ``refund_large`` ticket is recorded under harness v1 (the fleet's agent on the real ``openai`` SDK,
 against the scripted model server), written into a corpus, and replayed with ``router:refund_guard``
 live: v1's missing guard lets the recorded unsafe refund through and the check fails; v2's guard blocks
-it and the check passes; an equivalent rewrite of the guard passes too. No model call is made.
+it and the check passes, and so does an equivalent rewrite of the guard, but the blocked refund changes
+the path after the guard (served boundaries diverge), so those reruns count as diverged, never as passed.
+No model call is made.
 """
 
 from __future__ import annotations
@@ -109,9 +111,10 @@ def test_the_guarded_revision_blocks_it(incident, server):
         report = cut(corpus, fleet.agent_v2)
 
     assert server.violations == []
-    assert [s.rate for s in report.traces()] == ["always 2/2 (cut)"]
+    assert [s.rate for s in report.traces()] == ["pass 0/2, diverged 2/2 (cut)"]
+    assert [r.status for r in report.results] == ["diverged", "diverged"]
     rerun = report.results[0].rerun
-    assert report.results[0].check_message == "no unsafe refund"
+    assert report.results[0].check_message.startswith("no unsafe refund; diverged: request differs")
     assert "tool:refund" not in [c.boundary for c in rerun.crossings]
     upstream = [d for d in rerun.divergences if not d.expected]
     downstream = [(d.kind, d.boundary, d.downstream_of) for d in rerun.divergences if d.expected]
@@ -124,11 +127,12 @@ def test_the_guarded_revision_blocks_it(incident, server):
     ]
 
 
-def test_a_benign_rewrite_of_the_guard_passes(incident, server):
+def test_a_benign_rewrite_of_the_guard_blocks_it_too(incident, server):
     corpus, _ = incident
     with server.forbid():
         report = cut(corpus, agent_benign)
-    assert [s.rate for s in report.traces()] == ["always 2/2 (cut)"]
+    assert [s.rate for s in report.traces()] == ["pass 0/2, diverged 2/2 (cut)"]
+    assert all(r.check_message.startswith("no unsafe refund;") for r in report.results)
     assert server.violations == []
 
 
@@ -160,17 +164,21 @@ def test_cut_point_replay_from_the_command_line(incident, server, tmp_path):
         "tailcut.demo.fleet:reset_desk",
         "--check",
         "tailcut.demo.fleet:check_run",
-        "--strict",
     ]
     with server.forbid():
         faulty = CliRunner().invoke(cli, [*common, "--agent", "tailcut.demo.fleet:agent_v1"])
         fixed = CliRunner().invoke(cli, [*common, "--agent", "tailcut.demo.fleet:agent_v2"])
         benign = CliRunner().invoke(cli, [*common, "--agent", "tests.test_replay_cut:agent_benign"])
 
-    assert (faulty.exit_code, fixed.exit_code, benign.exit_code) == (1, 0, 0), fixed.output
+    assert (faulty.exit_code, fixed.exit_code, benign.exit_code) == (1, 1, 1), fixed.output
     assert "never 0/2 (cut)" in faulty.output
-    assert "always 2/2 (cut)" in fixed.output and "always 2/2 (cut)" in benign.output
+    assert "pass 0/2, diverged 2/2 (cut)" in fixed.output
+    assert "pass 0/2, diverged 2/2 (cut)" in benign.output
     assert server.violations == []
+    with server.forbid():
+        reported = CliRunner().invoke(cli, [*common, "--no-strict", "--agent", "tailcut.demo.fleet:agent_v2"])
+    assert reported.exit_code == 0, reported.output
+    assert "pass 0/2, diverged 2/2 (cut)" in reported.output
 
 
 def test_a_live_boundary_the_corpus_does_not_have_is_refused(incident):

@@ -159,15 +159,15 @@ def test_a_failing_reset_hook_stops_the_replay_and_keeps_finished_results(corpus
 
 
 @pytest.mark.parametrize(
-    ("check", "rate", "interval"),
+    ("check", "rate", "interval", "status"),
     [
-        ("passes_on_1_4_7", "intermittent 3/10 (live)", "[0.11, 0.60]"),
-        ("always_passes", "always 10/10 (live)", "[0.72, 1.00]"),
-        ("never_passes", "never 0/10 (live)", "[0.00, 0.28]"),
+        ("passes_on_1_4_7", "intermittent 3/10 (live)", "[0.11, 0.60]", 1),
+        ("always_passes", "always 10/10 (live)", "[0.72, 1.00]", 0),
+        ("never_passes", "never 0/10 (live)", "[0.00, 0.28]", 1),
     ],
 )
 def test_the_summary_gives_each_trace_a_rate_with_its_denominator_mode_and_interval(
-    corpus, tmp_path, check, rate, interval
+    corpus, tmp_path, check, rate, interval, status
 ):
     loaded, trace_id = corpus
     out = tmp_path / "results.parquet"
@@ -176,7 +176,7 @@ def test_the_summary_gives_each_trace_a_rate_with_its_denominator_mode_and_inter
         cli, [*args, "-n", "10", "--check", f"tests.test_replay_runner:{check}", "--out", str(out)]
     )
 
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == status, result.output  # any failed rerun fails the command
     header = "1 trace(s), 10 rerun(s) each, live mode (rate, then its 95% Wilson interval)"
     assert result.output.splitlines() == [
         f"replay of {loaded.path}: {header}",
