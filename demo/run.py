@@ -277,7 +277,9 @@ def cut_point_stage(paths: DemoPaths, stages: Stages, result: DemoResult) -> Non
     for name, report in verdicts.items():
         (trace,) = report.traces()
         checked = all(r.check_passed for r in report.results)
-        word = "passes" if report.passed else "check passes, path diverged after the cut" if checked else "fails"
+        word = "passes" if report.passed else "fails"
+        if not report.passed and checked:
+            word = "check passes, the path diverged after the cut"
         stages.console.print(f"cut-point, harness {name}: {word}: {trace.rate}")
 
 
