@@ -9,9 +9,9 @@ field           sources, in order
 input           ``tailcut.run.input``; ``input.value`` (OpenInference: JSON when ``input.mime_type`` is
                 ``application/json``, else the text); ``traceloop.entity.input`` (OpenLLMetry: a
                 ``{"args": [x], "kwargs": {}}`` call of one argument is unwrapped to ``x``);
-                ``gen_ai.input.messages`` (GenAI)
+                ``gen_ai.input.messages`` (GenAI: one message of text alone is unwrapped to its text)
 output          ``tailcut.run.output``; ``output.value``; ``traceloop.entity.output``;
-                ``gen_ai.output.messages``
+                ``gen_ai.output.messages`` (unwrapped like the input)
 outcome         ``tailcut.outcome`` (the other conventions have none)
 ==============  ===========================================================================================
 
@@ -21,6 +21,8 @@ Ingest may have moved an input or output attribute of a third-party span into it
 **Crossings.** Each boundary crossing's ``convention`` says who recorded it: ``tailcut`` (spans with
 ``tailcut.attempt``), ``openinference`` (``openinference.span.kind``), ``openllmetry`` (``traceloop.*``,
 ``llm.*`` or OpenLLMetry's ``gen_ai.openai.api_base``/``gen_ai.is_streaming``) or ``genai`` (the rest).
+A third-party tool crossing keeps its recorded arguments as its request, except that OpenLLMetry's
+``{"args": [], "kwargs": {...}}`` becomes the keyword arguments, as tailcut records a call.
 A third-party ``llm:openai.chat`` crossing is stored as the OpenAI Chat Completions exchange tailcut's
 ``openai`` instrumentation replays:
 
@@ -131,6 +133,28 @@ _OUTPUT_KEYS: Final = (
 )
 
 
+def _single_text(value: str) -> str:
+    """GenAI messages: one message whose parts are all text becomes that text (JSON)."""
+    decoded = loads(value)
+    if isinstance(decoded, list) and len(decoded) == 1 and isinstance(decoded[0], dict):
+        parts = decoded[0].get("parts")
+        parts = parts if isinstance(parts, list) else []
+        texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+        if parts and len(texts) == len(parts) and all(isinstance(t, str) for t in texts):
+            return canonicalize("".join(texts))[0]
+    return value
+
+
+def tool_request(convention_name: str, request: str | None) -> str | None:
+    """A third-party tool crossing's request as tailcut records one (its arguments by name)."""
+    if convention_name != OPENLLMETRY or request is None:
+        return request
+    decoded = loads(request)
+    if isinstance(decoded, dict) and set(decoded) == {"args", "kwargs"} and decoded["args"] == []:
+        return canonicalize(decoded["kwargs"])[0]
+    return request
+
+
 def _field(
     root: Mapping[str, Any], attributes: Mapping[str, str], *, output: bool
 ) -> tuple[str | None, str | None]:
@@ -144,7 +168,7 @@ def _field(
     if traceloop_key in attributes:
         return _unwrap_call(_json_text(attributes[traceloop_key])), traceloop_key
     if genai_key in attributes:
-        return _json_text(attributes[genai_key]), genai_key
+        return _single_text(_json_text(attributes[genai_key])), genai_key
     stored = root.get(column)
     if stored is None or root.get("kind") == "root":
         return None, None
@@ -154,7 +178,7 @@ def _field(
         return _unwrap_call(stored), traceloop_key
     if root.get("kind") == "llm":  # ingest rebuilt {"messages", ...} from the GenAI attributes
         messages = loads(stored).get("messages")
-        return (canonicalize(messages)[0], genai_key) if messages is not None else (None, None)
+        return (_single_text(canonicalize(messages)[0]), genai_key) if messages is not None else (None, None)
     return None, None
 
 

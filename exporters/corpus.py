@@ -199,6 +199,9 @@ def _envelope(
                 problems.append(f"{key} ({recorded_by}): {exchange.problem}")
             request_sha = sha256_hex(request) if request is not None else None
             response_sha = sha256_hex(response) if response is not None else None
+        elif span["kind"] == "tool":
+            request = conventions.tool_request(recorded_by, request)
+            request_sha = sha256_hex(request) if request is not None else None
         elif span["kind"] == "llm":
             problems.append(
                 f"{key} ({recorded_by}): tailcut replays third-party llm crossings of "
