@@ -63,19 +63,25 @@ class CanaryResult:
 def plan_canary(trace_id: str, envelopes: Sequence[Envelope]) -> CanaryPlan | None:
     """The first recorded response that introduces a value a later request carries on, corrupted.
 
+    Of such values in a response, the longest is corrupted (an id or a text, rather than a role).
+
     A value already in this crossing's request or an earlier one (the model name, say) is not
-    introduced by the response: the agent may send it again without reading the response at all.
+    introduced by the response: the agent may send it again without reading the response at all. Values
+    are looked for among the *values* of the requests (inside their strings too), never their keys: a
+    finish reason ``tool_calls`` is not carried on by a request that has a ``tool_calls`` field.
     """
     ordered = sorted(envelopes, key=lambda e: e.seq)
     for i, envelope in enumerate(ordered):
         payload_text = envelope.stream_events or envelope.response
         if envelope.error_type is not None or payload_text is None:
             continue
-        earlier = "".join(e.request or "" for e in ordered[: i + 1])
-        later = "".join(e.request or "" for e in ordered[i + 1 :])
+        earlier = _values(ordered[: i + 1])
+        later = _values(ordered[i + 1 :])
         if not later:
             break
-        for value in _leaves(loads(payload_text)):
+        # the most distinctive first: an id or a text the agent passes on, not a role both sides spell
+        candidates = sorted(_leaves(loads(payload_text)), key=lambda v: -len(_token(v)))
+        for value in candidates:
             token = _token(value)
             if token in later and token not in earlier:
                 corrupted = _corrupt(envelope, value)
@@ -134,6 +140,27 @@ def _leaves(value: Any) -> Iterator[Any]:
         and not isinstance(value, bool)
         and len(str(abs(value)).replace(".", "")) >= _MIN_NUMBER_DIGITS
     ):
+        yield value
+
+
+def _values(envelopes: Sequence[Envelope]) -> str:
+    """Every leaf value of the envelopes' requests, as canonical JSON, one per line."""
+    return "\n".join(
+        canonical_json(leaf)
+        for e in envelopes
+        if e.request is not None
+        for leaf in _all_leaves(loads(e.request))
+    )
+
+
+def _all_leaves(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _all_leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _all_leaves(item)
+    else:
         yield value
 
 

@@ -17,6 +17,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tailcut import _config
 from tailcut._threads import thread_context
+
+# The scripted model server of the replay tests: imported here only, so its home can move in one line.
+from tailcut.demo.model_server import ModelServer, ScriptedReply, ToolCall
 from tailcut.exporters import ParquetSpanExporter, schema
 from tailcut.exporters.corpus import Selection, write_corpus
 from tailcut.exporters.corpus_format import write_manifest
@@ -78,3 +81,14 @@ def rewrite_corpus_file(corpus: Path, name: str, table: pa.Table) -> None:
     data = (corpus / name).read_bytes()
     manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     write_manifest(corpus, manifest)
+
+
+__all__ = [
+    "ModelServer",
+    "ScriptedReply",
+    "ToolCall",
+    "record_corpus",
+    "recording_into",
+    "rewrite_corpus_file",
+    "trace_ids",
+]
