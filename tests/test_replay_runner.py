@@ -16,6 +16,7 @@ from tailcut.cli import cli
 from tailcut.exporters import schema
 from tailcut.exporters.corpus import Selection, write_corpus
 from tailcut.interceptor import active_interceptor
+from tailcut.replay import _output as replay_output
 from tests.replay_support import record_corpus
 
 CALLS: list[str] = []
@@ -348,3 +349,121 @@ def test_bad_options_get_a_one_line_error(corpus, args, message):
     assert result.exit_code == 1
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+# -- exit codes, machine-readable output and the canary's choice of trace ------------------------------------
+
+
+def overpaying(order: dict) -> dict:
+    """Refunds a cent more than the record: a served boundary diverges, the outcome still reproduces."""
+    with tailcut.run("shop", input=order) as run:
+        done = refund(lookup(order["order_id"])["order_id"], 120.01)
+        run.set_outcome("pass")
+        return done
+
+
+def shop_failing(order: dict) -> dict:
+    """Follows the record exactly but ends with another outcome: the check fails, nothing diverges."""
+    with tailcut.run("shop", input=order) as run:
+        done = refund(lookup(order["order_id"])["order_id"], 120.0)
+        run.set_outcome("fail")
+        return done
+
+
+def overpaying_on_order_7(order: dict) -> dict:
+    return overpaying(order) if order["order_id"] == 7 else shop(order)
+
+
+TRACE_KEYS = {
+    "trace_id",
+    "label",
+    "mode",
+    "reruns",
+    "passed",
+    "failed",
+    "diverged",
+    "rate",
+    "pass_rate",
+    "bit_stable",
+    "not_live",
+    "first_divergence",
+    "unwrapped",
+}
+REPORT_KEYS = {
+    "corpus",
+    "mode",
+    "reruns_per_trace",
+    "passed",
+    "exit_code",
+    "traces",
+    "skipped",
+    "canary",
+    "interrupted",
+    "results_file",
+}
+
+
+@pytest.mark.parametrize(
+    ("agent", "strictness", "status", "counts"),
+    [
+        ("shop", [], 0, (2, 0, 0)),
+        ("shop_failing", [], 1, (0, 2, 0)),
+        ("shop_failing", ["--strict"], 1, (0, 2, 0)),
+        ("shop_failing", ["--no-strict"], 0, (0, 2, 0)),
+        ("overpaying", [], 1, (0, 0, 2)),
+        ("overpaying", ["--no-strict"], 0, (0, 0, 2)),
+    ],
+)
+def test_replay_exits_1_on_a_failing_or_diverging_rerun_unless_told_to_only_report(
+    corpus, agent, strictness, status, counts
+):
+    loaded, _ = corpus
+    args = ["replay", str(loaded.path), "--agent", f"tests.test_replay_runner:{agent}", "-n", "2"]
+    result = CliRunner().invoke(cli, [*args, "--no-canary", "--format", "json", *strictness])
+
+    assert result.exit_code == status, result.output
+    report = json.loads(result.stdout)
+    assert set(report) == REPORT_KEYS
+    assert report["exit_code"] == status
+    (trace,) = report["traces"]
+    assert set(trace) == TRACE_KEYS
+    assert (trace["passed"], trace["failed"], trace["diverged"]) == counts
+    figure = trace["pass_rate"]
+    assert (figure["numerator"], figure["denominator"], figure["level"], figure["method"]) == (
+        counts[0],
+        2,
+        0.95,
+        "wilson",
+    )
+    assert 0.0 <= figure["low"] <= figure["high"] <= 1.0
+    if counts[2]:
+        assert trace["rate"] == "pass 0/2, diverged 2/2 (recorded)"
+        assert (
+            trace["first_divergence"] == "request differs at tool:refund#1 (seq 2): $.amount: 120.0 -> 120.01"
+        )
+
+
+def test_replay_writes_one_csv_row_per_trace(corpus):
+    loaded, trace_id = corpus
+    args = ["replay", str(loaded.path), "--agent", "tests.test_replay_runner:overpaying", "--no-canary"]
+    result = CliRunner().invoke(cli, [*args, "--format", "csv", "--no-strict"])
+    assert result.exit_code == 0, result.output
+    header, row = result.stdout.splitlines()
+    assert header.split(",") == list(replay_output.CSV_COLUMNS)
+    assert row.startswith(f"{trace_id},,recorded,1,0,0,1,")
+
+
+def test_the_canary_uses_a_trace_whose_clean_replay_passed_and_names_it(tmp_path):
+    out, (first, second) = record_corpus(
+        tmp_path, [lambda: shop({"order_id": 7}), lambda: shop({"order_id": 8})]
+    )
+    report = replay.run_replay(out, overpaying_on_order_7, n=1)
+    assert report.canary is not None and report.canary.caught is True
+    assert report.canary.plan.trace_id == second
+    assert f"of trace {second}" in report.canary.detail
+
+    nothing_clean = replay.run_replay(out, overpaying, n=1)
+    assert nothing_clean.canary.caught is None
+    assert nothing_clean.canary.detail == (
+        f"canary: not run: no trace replayed cleanly to corrupt (tried {first}, {second})"
+    )
