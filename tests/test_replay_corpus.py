@@ -9,6 +9,7 @@ import shutil
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -19,9 +20,9 @@ from tailcut import replay
 from tailcut.canonical import canonical_json
 from tailcut.cli import cli
 from tailcut.errors import CorpusError
-from tailcut.exporters import DataDirWriter, schema
+from tailcut.exporters import DataDirWriter, corpus_format, schema
 from tailcut.replay._corpus import Envelope
-from tests.replay_support import record_corpus, recording_into, trace_ids
+from tests.replay_support import record_corpus, recording_into, rewrite_corpus_file, trace_ids
 
 
 @tailcut.tool(name="lookup")
@@ -281,3 +282,35 @@ def test_export_corpus_lists_a_trace_it_cannot_replay_and_refuses_bad_ids(data_d
     bad = CliRunner().invoke(cli, ["export-corpus", "--data", str(data_dir), "--trace", "xyz", "--out", "x"])
     assert bad.exit_code == 1
     assert bad.output == "Error: --trace 'xyz' is not a trace id (32 hex characters)\n"
+
+
+def test_a_corpus_written_before_the_optional_columns_existed_still_loads(corpus, pristine):
+    for name, dropped in (
+        (corpus_format.ENVELOPES, ["convention", "parent_seq"]),
+        (
+            corpus_format.RUNS,
+            ["root_kind", "run_input_source", "run_output", "run_output_source", "outcome_source"],
+        ),
+    ):
+        table = pq.read_table(corpus / name)
+        rewrite_corpus_file(corpus, name, table.drop_columns(dropped))
+    loaded = replay.load_corpus(corpus)
+    (envelope,) = loaded.envelopes(pristine[1][0])
+    assert (envelope.convention, envelope.third_party, envelope.parent_seq) == ("tailcut", False, None)
+    assert loaded.run(pristine[1][0]).input == {"order_id": 1}
+
+
+def test_a_corpus_without_a_required_column_is_refused_naming_it(corpus):
+    table = pq.read_table(corpus / corpus_format.ENVELOPES)
+    rewrite_corpus_file(corpus, corpus_format.ENVELOPES, table.drop_columns(["request_sha256"]))
+    with pytest.raises(
+        CorpusError, match=re.escape("envelopes.parquet has no column request_sha256; re-run tailcut")
+    ):
+        replay.load_corpus(corpus)
+
+
+def test_the_run_is_its_parentless_span_and_runs_parquet_says_where_its_fields_came_from(corpus):
+    runs = corpus_format.read_rows(corpus / corpus_format.RUNS, corpus_format.RUNS_SCHEMA)
+    assert [(r["root_kind"], r["run_input_source"], r["outcome_source"]) for r in runs] == [
+        ("root", "tailcut.run.input", "tailcut.outcome")
+    ] * 2
