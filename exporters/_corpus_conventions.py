@@ -59,7 +59,7 @@ OPENAI_CHAT: Final = "llm:openai.chat"
 _OPENLLMETRY_KEYS: Final = frozenset({"gen_ai.openai.api_base", "gen_ai.is_streaming"})
 #: How to make each convention record content, for messages about what is missing.
 CAPTURE_HINTS: Final = {
-    TAILCUT: "turn tailcut's content capture on",
+    TAILCUT: "turn content capture on (tailcut.init(capture_content=True) or TAILCUT_CAPTURE_CONTENT=1)",
     OPENINFERENCE: "leave OPENINFERENCE_HIDE_INPUTS and OPENINFERENCE_HIDE_OUTPUTS unset",
     OPENLLMETRY: "set TRACELOOP_TRACE_CONTENT=true",
     GENAI: "set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY and "

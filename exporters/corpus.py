@@ -12,7 +12,10 @@ A corpus is what a replay needs and nothing else (DESIGN.md section 6):
 A trace that cannot be replayed (its root span is missing, a payload the store no longer has, content
 capture was off) is written with ``replayable = false`` and the reason: it is never silently dropped.
 The corpus is built in a temporary directory beside ``out`` and renamed into place, so a failed write
-leaves nothing behind.
+leaves nothing behind. The format (file names, manifest keys, schemas, integrity check) is defined in
+:mod:`tailcut.exporters.corpus_format`; what is taken from spans of other instrumentations (the run's
+input from its parentless span, third-party llm crossings as Chat Completions exchanges), in
+:mod:`tailcut.exporters._corpus_conventions`.
 """
 
 from __future__ import annotations
@@ -188,7 +191,8 @@ def _envelope(
     request_sha, response_sha = span["request_sha256"], span["response_sha256"]
     if recorded_by == conventions.TAILCUT:
         if request is None and request_sha and not why_request:
-            problems.append(f"{key}: content capture was off (hash only)")
+            hint = conventions.CAPTURE_HINTS[recorded_by]
+            problems.append(f"{key}: content capture was off (hash only); {hint}")
     else:
         if span["boundary"] == conventions.OPENAI_CHAT:
             exchange = conventions.openai_chat_exchange(
@@ -265,7 +269,7 @@ def _build(
         for span in spans
         if span["span_id"] in crossings
     ]
-    if root is not None and not envelopes and not problems:
+    if root is not None and root["kind"] != "root" and not envelopes and not problems:
         problems.append(
             "the trace recorded no boundary crossing (llm or tool call) to replay: instrument the model "
             "client (tailcut.instrument_openai(), or an OpenInference, OpenLLMetry or GenAI instrumentor)"

@@ -186,14 +186,12 @@ def test_a_cut_point_replay_runs_the_changed_tool_live_and_serves_the_model_arou
 
 def test_a_tool_the_agent_does_not_wrap_runs_live_and_is_reported(recorded, server, model_url, monkeypatch):
     convention, corpus = recorded
-    if convention != "openinference":
-        pytest.skip("one convention shows it")
     monkeypatch.setattr(thirdparty_agent, "get_weather", thirdparty_agent.get_weather.__wrapped__)
     with server.forbid():
         result = CliRunner().invoke(cli, ["replay", str(corpus), "--agent", AGENT, "--no-canary"])
     assert server.violations == []
     assert result.exit_code == 0, result.output
-    assert "ran live, not wrapped for replay: tool:get_weather#1 (openinference)" in result.output
+    assert f"ran live, not wrapped for replay: tool:get_weather#1 ({convention})" in result.output
 
 
 def test_a_corpus_with_nothing_replayable_exits_3_and_says_what_to_record(tmp_path, model_url):
