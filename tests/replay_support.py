@@ -17,13 +17,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tailcut import _config
 from tailcut._threads import thread_context
-
-# The scripted model server of the replay tests: imported here only, so its home can move in one line.
-from tailcut.demo.model_server import ModelServer, ScriptedReply, ToolCall
 from tailcut.exporters import ParquetSpanExporter, schema
 from tailcut.exporters.corpus import Selection, write_corpus
 from tailcut.exporters.corpus_format import write_manifest
 from tailcut.payloads import PayloadStore
+from tailcut.testing import ModelServer, ScriptedReply, ToolCall  # the third-party replay tests' model
 
 
 @contextlib.contextmanager

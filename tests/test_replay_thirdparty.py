@@ -56,7 +56,8 @@ def weather_model(request) -> ScriptedReply:
 
 @pytest.fixture(scope="module")
 def server():
-    with ModelServer(responder=weather_model, clock=lambda: 1_700_000_000.0) as model_server:
+    model_server = ModelServer(responder=weather_model, clock=lambda: 1_700_000_000.0)
+    with model_server:
         yield model_server
 
 
