@@ -185,6 +185,21 @@ def test_a_cut_point_replay_runs_the_changed_tool_live_and_serves_the_model_arou
         assert any("fahrenheit" in path for path in first.paths), first.paths
 
 
+def test_relax_matches_a_third_party_llm_boundary_on_its_occurrence_alone(recorded, server, model_url):
+    _, corpus = recorded
+    reworded = ["--agent", "tests.thirdparty_agent:agent_reworded", "--no-canary"]
+    with server.forbid():
+        strict_status, strict = replay_json(corpus, *reworded)
+        relaxed_status, relaxed = replay_json(corpus, *reworded, "--relax", "llm:openai.chat")
+    assert server.violations == []
+    assert strict_status == 1
+    assert all(
+        t["first_divergence"].startswith("request differs at llm:openai.chat#1") for t in strict["traces"]
+    )
+    assert relaxed_status == 0, relaxed["traces"]
+    assert [t["rate"] for t in relaxed["traces"]] == ["always 1/1 (recorded)"] * 2
+
+
 def test_a_tool_the_agent_does_not_wrap_runs_live_and_is_reported(recorded, server, model_url, monkeypatch):
     convention, corpus = recorded
     monkeypatch.setattr(thirdparty_agent, "get_weather", thirdparty_agent.get_weather.__wrapped__)

@@ -156,3 +156,8 @@ def agent(question: str) -> str:
 def agent_fahrenheit(question: str) -> str:
     """The same agent with the changed tool."""
     return _ask(question, get_weather_fahrenheit)
+
+
+def agent_reworded(question: str) -> str:
+    """The same agent with a reworded prompt: every model request differs from the record."""
+    return _ask(f"Please tell me: {question}", get_weather)
