@@ -16,11 +16,14 @@ Examples
         reset="tailcut.demo.fleet:reset_desk", check="tailcut.demo.fleet:check_run", n=5,
     )
     print("\\n".join(report.summary_lines()))
+    gate = replay.exit_status(report)          # 0 passed, 1 failed or diverged, 3 nothing replayed
+    summary = replay.report_dict(report)       # the keys of tailcut replay --format json
 """
 
 from tailcut.replay._corpus import Corpus, load_corpus
 from tailcut.replay._divergence import DivergenceRecord
 from tailcut.replay._modes import ReplayMode
+from tailcut.replay._output import exit_status, report_dict
 from tailcut.replay._rerun import Rerun
 from tailcut.replay._runner import ReplayReport, run_replay
 from tailcut.replay._session import ReplaySession, session
@@ -32,7 +35,9 @@ __all__ = [
     "ReplayReport",
     "ReplaySession",
     "Rerun",
+    "exit_status",
     "load_corpus",
+    "report_dict",
     "run_replay",
     "session",
 ]

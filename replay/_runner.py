@@ -194,7 +194,10 @@ def run_replay(
         A :class:`Corpus`, or the path of one (refused unless its files match the manifest).
     agent
         The entry point, or its ``module:function``; called with the decoded run input as its single
-        positional argument (a coroutine function runs on a fresh event loop).
+        positional argument (a coroutine function runs on a fresh event loop). It should open
+        ``tailcut.run`` as it did when recorded, so its outcome is compared; an agent whose root span
+        another instrumentation opens need not: its crossings are numbered per rerun, and its return
+        value is compared with the recorded output.
     mode
         ``recorded``, ``live`` or ``cut``.
     live
