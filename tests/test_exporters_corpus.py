@@ -11,6 +11,7 @@ import pytest
 import tailcut
 from tailcut import _config
 from tailcut.exporters import ParquetSpanExporter
+from tailcut.exporters import _corpus_conventions as conventions
 from tailcut.exporters.corpus import CorpusWriteError, Selection, write_corpus
 from tailcut.payloads import PayloadStore
 
@@ -111,3 +112,84 @@ def test_refuses_to_overwrite_and_leaves_nothing_on_failure(recorded, tmp_path):
         write_corpus(tmp_path / "nowhere", [Selection(ids[0], "x")], tmp_path / "other")
     assert not (tmp_path / "other").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# -- what a corpus takes from other conventions --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "attributes", "expected"),
+    [
+        ({"kind": "root"}, {"tailcut.run.input": '{"a": 1}'}, ('{"a": 1}', "tailcut.run.input")),
+        ({"kind": "agent"}, {"input.value": "hi", "input.mime_type": "text/plain"}, ('"hi"', "input.value")),
+        (
+            {"kind": "agent"},
+            {"input.value": "[1]", "input.mime_type": "application/json"},
+            ("[1]", "input.value"),
+        ),
+        (
+            {"kind": "chain"},
+            {"traceloop.entity.input": '{"args": ["q"], "kwargs": {}}'},
+            ('"q"', "traceloop.entity.input"),
+        ),
+        (
+            {"kind": "agent"},
+            {"gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", "content": "q"}]}]'},
+            ('"q"', "gen_ai.input.messages"),
+        ),
+        # ingest moved OpenInference's input.value of an agent span into its request column
+        ({"kind": "agent", "request": '"q"'}, {"openinference.span.kind": "AGENT"}, ('"q"', "input.value")),
+        ({"kind": "root"}, {}, (None, None)),
+    ],
+)
+def test_the_run_input_comes_from_the_first_convention_that_holds_it(row, attributes, expected):
+    assert tuple(conventions.run_fields(row, attributes)["input"]) == expected
+
+
+def test_a_genai_reply_is_rebuilt_as_the_chat_completion_the_sdk_parses():
+    messages = [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Paris"}}
+            ],
+            "finish_reason": "tool_call",
+        }
+    ]
+    span = {
+        "span_id": "ab" * 8,
+        "request": None,
+        "response": json.dumps({"messages": messages}),
+        "start_time": 1_700_000_000_000_000_000,
+        "model": "gpt-4o-mini",
+        "input_tokens": 47,
+        "output_tokens": 7,
+    }
+    exchange = conventions.openai_chat_exchange("genai", span, {"gen_ai.response.id": "chatcmpl-1"})
+    body = json.loads(exchange.response)
+    assert body == {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 47, "completion_tokens": 7, "total_tokens": 54},
+    }
+    no_output = conventions.openai_chat_exchange("genai", {**span, "response": '{"other": 1}'}, {})
+    assert no_output.problem == "its recorded reply holds no output messages"
