@@ -209,10 +209,11 @@ def openai_chat_exchange(
     """
     request, response = span["request"], span["response"]
     if convention_name == OPENINFERENCE:
-        if attributes.get(n.OI_INPUT_MIME_TYPE) == n.OI_JSON_MIME_TYPE and n.OI_INPUT_VALUE in attributes:
-            request = canonicalize(loads(attributes[n.OI_INPUT_VALUE]))[0]
-        body = _completion_body(attributes.get(n.OI_OUTPUT_VALUE))
-        if body is not None:
+        body = _json_object(attributes.get(n.OI_INPUT_VALUE))
+        if attributes.get(n.OI_INPUT_MIME_TYPE) == n.OI_JSON_MIME_TYPE and body is not None:
+            request = canonicalize(body)[0]
+        body = _json_object(attributes.get(n.OI_OUTPUT_VALUE))
+        if body is not None and body.get("object") == "chat.completion":
             return Exchange(request, canonicalize(body)[0])
     if response is None:
         return Exchange(request, None)
@@ -223,15 +224,15 @@ def openai_chat_exchange(
     return Exchange(request, canonicalize(_chat_completion(span, attributes, messages))[0])
 
 
-def _completion_body(text: str | None) -> dict[str, Any] | None:
-    """OpenInference's ``output.value`` when it is a whole ``chat.completion`` body."""
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """An attribute's text decoded when it is a JSON object, else None (absent, not JSON, not an object)."""
     if text is None:
         return None
     try:
-        body = json.loads(text)
+        value = json.loads(text)
     except ValueError:
         return None
-    return body if isinstance(body, dict) and body.get("object") == "chat.completion" else None
+    return value if isinstance(value, dict) else None
 
 
 def _chat_completion(
