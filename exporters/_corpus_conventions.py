@@ -30,7 +30,7 @@ A third-party ``llm:openai.chat`` crossing is stored as the OpenAI Chat Completi
 convention     request                                          response
 =============  ===============================================  ============================================
 openinference  ``input.value``: the keyword arguments of        ``output.value``: the ``chat.completion``
-               ``create()`` (model, messages, tools, params)    body as received
+               ``create()`` (model, messages, tools, params)    body as received (or a stream added up)
 openllmetry,   as ingest rebuilt it: ``{"model", "messages",    a ``chat.completion`` rebuilt from
 genai          "tools", "parameters"}`` (GenAI message model)   ``gen_ai.output.messages`` (text, tool calls
                                                                 with ids), ``gen_ai.response.id``, the
@@ -213,8 +213,8 @@ def openai_chat_exchange(
         if attributes.get(n.OI_INPUT_MIME_TYPE) == n.OI_JSON_MIME_TYPE and body is not None:
             request = canonicalize(body)[0]
         body = _json_object(attributes.get(n.OI_OUTPUT_VALUE))
-        if body is not None and body.get("object") == "chat.completion":
-            return Exchange(request, canonicalize(body)[0])
+        if body is not None and isinstance(body.get("choices"), list):  # (a stream's lacks "object")
+            return Exchange(request, canonicalize({"object": "chat.completion", **body})[0])
     if response is None:
         return Exchange(request, None)
     decoded = loads(response)

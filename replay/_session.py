@@ -31,6 +31,8 @@ too (a prompt or a tool schema), which a cut-point test tolerates but reports.
 **Crossings other instrumentations recorded.** An ``llm`` envelope recorded by OpenInference,
 OpenLLMetry or the GenAI instrumentor is served like tailcut's own (same boundary and occurrence); its
 live request is compared in the form that convention records (:mod:`tailcut.replay._conventions`). A
+third-party reply is served as a stream of chunk events when the agent streams
+(:mod:`tailcut.replay._chunks`: those conventions record the reply a stream added up to). A
 third-party *tool* envelope is served only when the agent's tool is wrapped for replay
 (``@tailcut.tool``); one never asked for ran live unwrapped, and is reported in ``unwrapped``, not as
 a missing crossing: nothing can tell whether it ran.
@@ -67,6 +69,7 @@ from tailcut.errors import Divergence, ReplayError
 from tailcut.interceptor import Crossing, Served, exception_type_name, use_interceptor
 from tailcut.replay._capture import RerunCapture
 from tailcut.replay._cassette import Cassette, Lookup
+from tailcut.replay._chunks import chat_chunks
 from tailcut.replay._conventions import Comparison
 from tailcut.replay._corpus import Envelope
 from tailcut.replay._divergence import (
@@ -370,7 +373,11 @@ class ReplaySession(CrossingCounts):
                 run.next_crossing(inner.boundary)
         self._add_slot(crossing, "served", envelope)
         self.served_counts[crossing.kind] += 1
-        return envelope.served()
+        served = envelope.served()
+        if envelope.third_party and served.stream_events is None and _streams(self._asked or crossing):
+            # other conventions record a stream as the reply it added up to: serve its events
+            served = dataclasses.replace(served, stream_events=chat_chunks(served.response))
+        return served
 
     def _run_live(self, crossing: Crossing, envelope: Envelope | None) -> None:
         if envelope is not None:
@@ -408,6 +415,14 @@ class ReplaySession(CrossingCounts):
             self._stopped = record
         self._add_slot(crossing, "stopped", None)
         raise Divergence(record.message, record)
+
+
+def _streams(crossing: Crossing) -> bool:
+    """Whether an llm crossing's request asks for a stream (``"stream": true`` in the body)."""
+    if crossing.kind != "llm" or crossing.request is None:
+        return False
+    request = loads(crossing.request)
+    return isinstance(request, dict) and request.get("stream") is True
 
 
 def _comparisons(envelopes: Sequence[Envelope]) -> dict[str, Comparison]:

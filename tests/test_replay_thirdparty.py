@@ -32,7 +32,7 @@ from tests.replay_support import ModelServer, ScriptedReply, ToolCall, rewrite_c
 from tests.test_collector_helpers import write_config
 
 REPO = Path(__file__).resolve().parents[1]
-QUESTIONS = ["What is the weather in Paris?", "And in Oslo?"]
+QUESTIONS = ["What is the weather in Paris?", "And in Oslo? Please stream the answer."]
 CONVENTIONS = ["openinference", "openllmetry", "genai"]
 AGENT = "tests.thirdparty_agent:agent"
 #: What each convention's runs.parquet says the run's fields came from.

@@ -6,7 +6,8 @@ recorded by that convention's OpenAI instrumentor (see ``tests/thirdparty_record
 ``tailcut.init()``. Its tool is wrapped with ``@tailcut.tool``, which does nothing while tailcut does not
 record, and lets ``tailcut replay`` serve the tool or run it live at a cut.
 
-The entry point takes the run's recorded input: the question, or (GenAI) the text of its one message.
+The entry point takes the run's recorded input: the question, or (GenAI) the text of its one message. A
+question that mentions "stream" gets its answer streamed.
 """
 
 from __future__ import annotations
@@ -141,8 +142,14 @@ def _ask(question: str, tool: Any) -> str:
             }
         )
         messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
-        second = client.chat.completions.create(model=MODEL, messages=messages, temperature=0)
-        answer = second.choices[0].message.content or ""
+        if "stream" in question:  # the answer as a stream: served from a record that has no events
+            with client.chat.completions.create(
+                model=MODEL, messages=messages, temperature=0, stream=True
+            ) as stream:
+                answer = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        else:
+            second = client.chat.completions.create(model=MODEL, messages=messages, temperature=0)
+            answer = second.choices[0].message.content or ""
         root.set_attributes(_root_output(convention, answer))
         client.close()
         return answer
