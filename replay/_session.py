@@ -38,7 +38,8 @@ third-party *tool* envelope is served only when the agent's tool is wrapped for 
 a missing crossing: nothing can tell whether it ran.
 
 Crossings made outside any ``tailcut.run`` (an agent whose root span another instrumentation opens) are
-numbered per rerun: the session opens a span context for the block, so they share one run's numbering.
+numbered per rerun: the session makes the block a trace of its own (a non-recording parent span), so
+they share one run's numbering and no other's.
 
 A served crossing whose envelope had crossings recorded *inside* it (``Envelope.parent_seq``) covers
 them: they never happen when their parent is served, so they are not missing, and the run's numbering
@@ -446,10 +447,8 @@ def _as_compared(envelope: Envelope, comparisons: dict[str, Comparison]) -> Enve
 
 @contextlib.contextmanager
 def _rerun_context() -> Iterator[None]:
-    """A span context of its own for the block, so crossings outside a ``tailcut.run`` share numbering."""
-    if trace.get_current_span().get_span_context().is_valid:
-        yield
-        return
+    """A trace of its own for the block, so crossings outside a ``tailcut.run`` share one rerun's numbering
+    (even when the caller's span is current: two sessions under it must not share a count)."""
     context = trace.SpanContext(
         random.getrandbits(128) or 1,
         random.getrandbits(64) or 1,

@@ -12,6 +12,7 @@ import itertools
 import time
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 import tailcut
 from tailcut import replay
@@ -337,3 +338,20 @@ def test_serving_a_crossing_covers_the_crossings_recorded_inside_it(tmp_path):
         ("tool:search", 1, 2, "tool:search#1"),
         ("retriever:kb", 3, 4, "retriever:kb#3"),  # numbered as recorded: kb#2 ran inside search
     ]
+
+
+def test_crossings_outside_any_run_are_numbered_per_session_even_under_the_callers_span(shop_corpus):
+    """An agent whose root span another instrumentation opens never calls tailcut.run: each session of it
+    still counts its own crossings from 1, also when two sessions run under one span of the caller."""
+    corpus, trace_id = shop_corpus
+    provider = TracerProvider()
+    with provider.get_tracer("caller").start_as_current_span("test"):
+        for _ in range(2):
+            with replay.session(corpus, trace_id) as session:
+                refund(lookup(7)["order_id"], 120.0)
+            assert [(c.boundary, c.occurrence, c.status) for c in session.crossings] == [
+                ("tool:lookup", 1, "served"),
+                ("tool:refund", 1, "served"),
+            ]
+            assert session.divergences == []
+    provider.shutdown()
