@@ -251,7 +251,10 @@ def _build(
     if not spans:
         problems.append("no spans of this trace are in the data dir")
     elif root is None:
-        problems.append("the run's root span was not recorded (missing spans): no span is parentless")
+        problems.append(
+            "the run's root span was not recorded (missing spans): no span is parentless; the process "
+            "that opens the run's root span must export it (and flush before it exits)"
+        )
     root_attrs = _attributes(root) if root else {}
     fields = conventions.run_fields(root, root_attrs) if root else {}
     run_input = run_output = None
