@@ -20,7 +20,8 @@ key                    value
 
 Each trace: ``trace_id``, ``label`` (its category, ``baseline`` or empty), ``mode``, ``reruns``,
 ``passed``, ``failed``, ``diverged`` (counts that add up to ``reruns``), ``rate`` (the line's text),
-``pass_rate`` (``{"numerator", "denominator", "low", "high", "level": 0.95, "method": "wilson"}``),
+``pass_rate`` (an estimate record as the analysis commands write them: ``{"value", "numerator",
+"denominator", "low", "high", "confidence": 0.95, "method": "wilson", "sample": "reruns"}``),
 ``bit_stable``, ``not_live``, ``first_divergence`` (text or null) and ``unwrapped`` (third-party tool
 crossings that ran live because the agent's tool is not wrapped for replay).
 
@@ -54,7 +55,7 @@ CSV_COLUMNS: Final = (
     "not_live",
     "first_divergence",
 )
-_LEVEL: Final = 0.95
+_CONFIDENCE: Final = 0.95
 
 
 def exit_status(report: ReplayReport, *, strict: bool = True) -> int:
@@ -82,12 +83,14 @@ def _trace(summary: TraceSummary) -> dict[str, Any]:
         "diverged": summary.diverged,
         "rate": summary.rate,
         "pass_rate": {
+            "value": summary.passed / summary.n if summary.n else None,
             "numerator": summary.passed,
             "denominator": summary.n,
             "low": summary.low,
             "high": summary.high,
-            "level": _LEVEL,
+            "confidence": _CONFIDENCE,
             "method": "wilson",
+            "sample": "reruns",
         },
         "bit_stable": summary.bit_stable,
         "not_live": summary.not_live,

@@ -429,12 +429,18 @@ def test_replay_exits_1_on_a_failing_or_diverging_rerun_unless_told_to_only_repo
     assert set(trace) == TRACE_KEYS
     assert (trace["passed"], trace["failed"], trace["diverged"]) == counts
     figure = trace["pass_rate"]
-    assert (figure["numerator"], figure["denominator"], figure["level"], figure["method"]) == (
-        counts[0],
-        2,
-        0.95,
-        "wilson",
-    )
+    assert set(figure) == {
+        "value",
+        "numerator",
+        "denominator",
+        "low",
+        "high",
+        "confidence",
+        "method",
+        "sample",
+    }
+    assert (figure["numerator"], figure["denominator"], figure["value"]) == (counts[0], 2, counts[0] / 2)
+    assert (figure["confidence"], figure["method"], figure["sample"]) == (0.95, "wilson", "reruns")
     assert 0.0 <= figure["low"] <= figure["high"] <= 1.0
     if counts[2]:
         assert trace["rate"] == "pass 0/2, diverged 2/2 (recorded)"
