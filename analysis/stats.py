@@ -62,7 +62,6 @@ __all__ = [
     "StatisticsInputError",
     "ValueEstimate",
     "difference",
-    "format_rate",
     "horvitz_thompson_mean",
     "horvitz_thompson_proportion",
     "horvitz_thompson_total",
@@ -71,7 +70,6 @@ __all__ = [
     "newcombe_difference",
     "paired_difference",
     "proportion",
-    "rate_word",
     "weighted_mean",
     "weighted_proportion",
     "wilson_interval",
@@ -82,8 +80,6 @@ Sample = Literal["all traces", "baseline slice", "kept (1/π weighted)", "tail-k
 CountSample = Literal["all traces", "baseline slice", "tail-kept"]
 Method = Literal["exact", "wilson", "hajek", "horvitz-thompson", "linearization"]
 DifferenceMethod = Literal["newcombe", "newcombe-paired"]
-RateWord = Literal["always", "never", "intermittent"]
-ReplayModeName = Literal["recorded", "live", "cut"]
 
 WEIGHTED: Final = "kept (1/π weighted)"
 DEFAULT_CONFIDENCE: Final = 0.95
@@ -888,68 +884,6 @@ def mcnemar(first_only: int, second_only: int) -> McNemarTest:
         chi2=chi2,
         chi2_p_value=float(special.chdtrc(1, chi2)),
     )
-
-
-# ----------------------------------------------------------------------------------------- replay rates
-
-
-def rate_word(successes: int, n: int) -> RateWord:
-    """The word for how often a behaviour reproduced: ``always``, ``never`` or ``intermittent``.
-
-    A rate needs at least one run: with none there is nothing to call "never".
-
-    Parameters
-    ----------
-    successes : int
-        Runs that showed the behaviour.
-    n : int
-        Runs, ≥ 1.
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> rate_word(3, 10), rate_word(10, 10), rate_word(0, 10)
-    ('intermittent', 'always', 'never')
-    """
-    check_count(n, "n")
-    check_count(successes, "successes", minimum=0)
-    if successes > n:
-        raise StatisticsInputError(f"successes ({successes}) exceed runs ({n})")
-    if successes == n:
-        return "always"
-    return "never" if successes == 0 else "intermittent"
-
-
-def format_rate(successes: int, n: int, mode: ReplayModeName) -> str:
-    """A replay result as a rate with its denominator and its mode, e.g. ``intermittent 3/10 (live)``.
-
-    The mode is part of the claim: a recorded replay passes by construction, only a live one shows the
-    behaviour still happens.
-
-    Parameters
-    ----------
-    successes : int
-        Runs that showed the behaviour.
-    n : int
-        Runs, ≥ 1.
-    mode : {"recorded", "live", "cut"}
-        The replay mode (a ``str`` enum member is accepted).
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> format_rate(3, 10, "live")
-    'intermittent 3/10 (live)'
-    """
-    mode_name = str(getattr(mode, "value", mode))
-    _check_choice(mode_name, get_args(ReplayModeName), "mode")
-    return f"{rate_word(successes, n)} {successes}/{n} ({mode_name})"
 
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -24,6 +24,7 @@ from tailcut.replay._corpus import Corpus, load_corpus
 from tailcut.replay._divergence import DivergenceRecord
 from tailcut.replay._modes import ReplayMode
 from tailcut.replay._output import exit_status, report_dict
+from tailcut.replay._rates import rate_text, rate_word
 from tailcut.replay._rerun import Rerun
 from tailcut.replay._runner import ReplayReport, run_replay
 from tailcut.replay._session import ReplaySession, session
@@ -37,6 +38,8 @@ __all__ = [
     "Rerun",
     "exit_status",
     "load_corpus",
+    "rate_text",
+    "rate_word",
     "report_dict",
     "run_replay",
     "session",

@@ -23,6 +23,7 @@ from tailcut.replay._corpus import Corpus, CorpusRun, Envelope, load_corpus
 from tailcut.replay._loading import call_agent, load_callable, takes_argument
 from tailcut.replay._matching import LiveSpec, MatchOn, MatchPolicy, Normalize
 from tailcut.replay._modes import ReplayMode, resolve_on_divergence
+from tailcut.replay._rates import rate_text
 from tailcut.replay._rerun import Check, Rerun, RerunResult, judge
 from tailcut.replay._results import write_results
 from tailcut.replay._session import ReplaySession, check_live_options
@@ -58,13 +59,7 @@ class TraceSummary:
     @property
     def rate(self) -> str:
         """``bit-stable 20/20 (recorded)``, ``intermittent 3/10 (live)``, ``pass 0/3, diverged 3/3 (cut)``."""
-        from tailcut.analysis.stats import format_rate  # the analysis package is heavy to import
-
-        if self.diverged:
-            return f"pass {self.passed}/{self.n}, diverged {self.diverged}/{self.n} ({self.mode.value})"
-        if self.bit_stable:
-            return f"bit-stable {self.passed}/{self.n} ({self.mode.value})"
-        return format_rate(self.passed, self.n, self.mode.value)  # type: ignore[arg-type]
+        return rate_text(self.passed, self.n, self.mode, diverged=self.diverged, bit_stable=self.bit_stable)
 
     def line(self) -> str:
         parts = [self.trace_id, f"{self.rate:<28}", f"[{self.low:.2f}, {self.high:.2f}]"]

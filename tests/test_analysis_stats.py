@@ -8,7 +8,6 @@ intervals cover the known rate as often as they claim.
 from __future__ import annotations
 
 import doctest
-import enum
 import math
 from dataclasses import FrozenInstanceError
 
@@ -25,7 +24,6 @@ from tailcut.analysis.stats import (
     Estimate,
     StatisticsInputError,
     difference,
-    format_rate,
     horvitz_thompson_mean,
     horvitz_thompson_proportion,
     horvitz_thompson_total,
@@ -34,7 +32,6 @@ from tailcut.analysis.stats import (
     newcombe_difference,
     paired_difference,
     proportion,
-    rate_word,
     weighted_mean,
     weighted_proportion,
     wilson_interval,
@@ -342,35 +339,6 @@ def test_difference_prints_signed_points_and_both_rates() -> None:
     assert d.excludes_zero
 
 
-@pytest.mark.parametrize(
-    ("successes", "n", "word"),
-    [
-        (10, 10, "always"),
-        (1, 1, "always"),
-        (0, 10, "never"),
-        (3, 10, "intermittent"),
-        (9, 10, "intermittent"),
-    ],
-)
-def test_rate_word(successes: int, n: int, word: str) -> None:
-    assert rate_word(successes, n) == word
-
-
-class _Mode(enum.StrEnum):
-    LIVE = "live"
-
-
-def test_format_rate_names_rate_denominator_and_mode() -> None:
-    assert format_rate(3, 10, "live") == "intermittent 3/10 (live)"
-    assert format_rate(10, 10, "recorded") == "always 10/10 (recorded)"
-    assert format_rate(0, 5, _Mode.LIVE) == "never 0/5 (live)"
-
-
-def test_format_rate_refuses_unknown_mode_listing_the_valid_ones() -> None:
-    with pytest.raises(StatisticsInputError, match="'recorded', 'live', 'cut'; got 'replayed'"):
-        format_rate(3, 10, "replayed")  # type: ignore[arg-type]
-
-
 # ----------------------------------------------------------------------------------------- bad input
 
 
@@ -397,8 +365,6 @@ def test_format_rate_refuses_unknown_mode_listing_the_valid_ones() -> None:
         ),
         (lambda: paired_difference(0, 0, 0, 0, sample="tail-kept"), "needs at least one pair"),
         (lambda: mcnemar(-1, 3), "first_only must be a whole number ≥ 0"),
-        (lambda: rate_word(0, 0), "n must be a whole number ≥ 1"),
-        (lambda: rate_word(4, 3), r"successes \(4\) exceed runs \(3\)"),
     ],
 )
 def test_bad_input_raises_one_clear_error(call, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -53,6 +53,8 @@ class TraceReplay:
     mode: str
     reruns: int = 0
     passed: int = 0
+    #: Reruns that left the record: never counted among the passes (as ``tailcut replay`` counts them).
+    diverged: int = 0
     divergence_count: int = 0
     category: str | None = None
     baseline: bool = False
@@ -62,10 +64,10 @@ class TraceReplay:
 
     @property
     def rate(self) -> str:
-        """``always 3/3 (cut)``, ``intermittent 3/10 (live)``, ... (passed reruns of all, and the mode)."""
-        from tailcut.analysis.stats import format_rate
+        """``intermittent 3/10 (live)``, ``pass 0/3, diverged 3/3 (cut)``: as ``tailcut replay`` says it."""
+        from tailcut.replay import rate_text
 
-        return format_rate(self.passed, self.reruns, self.mode)  # type: ignore[arg-type]
+        return rate_text(self.passed, self.reruns, self.mode, diverged=self.diverged)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -168,7 +170,9 @@ def load_results(path: str | os.PathLike[str]) -> ResultsFile:
     for row in table.to_pylist():
         trace = traces.setdefault(row["trace_id"], TraceReplay(row["trace_id"], row["mode"]))
         trace.reruns += 1
-        trace.passed += bool(row["passed"])
+        diverged = bool(row["divergence_count"])  # a diverged rerun is never a pass, in any mode
+        trace.diverged += diverged
+        trace.passed += bool(row["passed"]) and not diverged
         trace.divergence_count += int(row["divergence_count"] or 0)
         trace.category = row.get("category") or trace.category
         trace.baseline = bool(row.get("baseline"))
