@@ -66,6 +66,12 @@ def too_large(message: str) -> OtlpError:
     return OtlpError(413, code_pb2.INVALID_ARGUMENT, message)
 
 
+def unauthenticated() -> OtlpError:
+    return OtlpError(
+        401, code_pb2.UNAUTHENTICATED, "missing or wrong bearer token in the authorization header"
+    )
+
+
 def overloaded(message: str, retry_after: float = 1.0) -> OtlpError:
     return OtlpError(429, code_pb2.RESOURCE_EXHAUSTED, message, retry_after)
 
