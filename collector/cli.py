@@ -168,9 +168,9 @@ def describe_config(config: Any) -> str:
     lines = [f"config OK: {config.source}"]
     receivers = []
     if config.http is not None:
-        receivers.append(f"otlp/http {config.http.host}:{config.http.port}")
+        receivers.append(f"otlp/http {config.http.host}:{config.http.port}{_secured(config.http.security)}")
     if config.grpc is not None:
-        receivers.append(f"otlp/grpc {config.grpc.host}:{config.grpc.port}")
+        receivers.append(f"otlp/grpc {config.grpc.host}:{config.grpc.port}{_secured(config.grpc.security)}")
     lines.append("receivers: " + ", ".join(receivers))
     ts = config.tail_sampling
     timing = f"{ts.decision_wait:g}s after the first span"
@@ -187,5 +187,15 @@ def describe_config(config: Any) -> str:
     exporters.extend(f"{forwarder.name} -> {forwarder.endpoint}" for forwarder in config.forwarders)
     lines.append("exporters: " + ", ".join(exporters))
     if config.metrics is not None:
-        lines.append(f"metrics: {config.metrics[0]}:{config.metrics[1]}")
+        lines.append(f"metrics: {config.metrics[0]}:{config.metrics[1]}{_secured(config.metrics_security)}")
     return "\n".join(lines)
+
+
+def _secured(security: Any) -> str:
+    """`` (mutual TLS, auth: bearertokenauth)`` for an endpoint's security settings, or nothing."""
+    parts = []
+    if security.tls is not None:
+        parts.append("mutual TLS" if security.tls.client_ca_file is not None else "TLS")
+    if security.auth is not None:
+        parts.append(f"auth: {security.auth.name}")
+    return f" ({', '.join(parts)})" if parts else ""
