@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import ssl
@@ -20,7 +21,9 @@ def exchange(
 ) -> bytes:
     """Send ``data`` (a list: piece by piece, ``pause`` seconds apart), then read until the server closes.
 
-    Stops sending once the server has closed the connection; returns everything received.
+    Stops sending once the server has closed the connection. Without TLS the sending side is then shut
+    down, so a server that keeps the connection alive closes it once it has answered. Returns
+    everything received.
     """
     pieces = [data] if isinstance(data, bytes) else data
     raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -34,6 +37,10 @@ def exchange(
                 break
             if pause:
                 time.sleep(pause)
+        else:
+            if context is None:
+                with contextlib.suppress(OSError):  # unless the server has closed already
+                    connection.shutdown(socket.SHUT_WR)
         try:
             while chunk := connection.recv(65536):
                 received += chunk
