@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tailcut.collector import load_config
+from tailcut.collector import Collector, load_config
+from tailcut.collector._config import default_config_text
 from tailcut.errors import ConfigError
+from tests.http_support import exchange, statuses
 from tests.test_collector_helpers import python_env, write_config
 from tests.tls_support import make_pki
 
@@ -182,3 +186,42 @@ def test_check_describes_security_and_errors_are_one_line(tmp_path, pki):
         "Error: receivers.otlp.protocols.http.auth.authenticator: expected a bearertokenauth extension "
         'listed in service.extensions (none), got "missing"'
     ]
+
+
+def readme_example() -> dict:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### TLS and authentication", 1)[1]
+    return yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+
+
+def merged(base: dict, extra: dict) -> dict:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def test_the_readme_example_runs(tmp_path, pki, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_pki(tmp_path / "certs")
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "agent-token").write_text("agent-secret\n")
+    document = merged(yaml.safe_load(default_config_text()), readme_example())
+    document["exporters"]["tailcut_parquet"]["path"] = str(tmp_path / "data")
+    (tmp_path / "otel-config.yaml").write_text(yaml.safe_dump(document))
+    ports = {"http": "127.0.0.1:0", "grpc": "127.0.0.1:0", "metrics": "127.0.0.1:0"}
+    config = load_config(tmp_path / "otel-config.yaml", ports)
+    assert config.http.security.tls.client_ca_file == Path("certs/ca.pem")
+    assert config.grpc.security.auth.accepts("Bearer agent-secret")
+    with Collector(config) as collector:
+        context = ssl.create_default_context(cafile="certs/ca.pem")
+        context.load_cert_chain("certs/client.pem", "certs/client-key.pem")
+        request = b"POST /v1/traces HTTP/1.1\r\nHost: c\r\nContent-Type: application/x-protobuf\r\n"
+        refused = exchange(collector.ports.http, request + b"Content-Length: 0\r\n\r\n", context=context)
+        authorized = (
+            request + b"Authorization: Bearer agent-secret\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        )
+        accepted = exchange(collector.ports.http, authorized, context=context)
+    assert (statuses(refused), statuses(accepted)) == ([401], [200])
