@@ -63,6 +63,10 @@ def test_stop_finishes_while_clients_stall_mid_request(tmp_path, signum):
             connection = socket.create_connection(("127.0.0.1", port), timeout=30)
             connection.sendall(data)
             stalled.append(connection)
+        grpc_port = int(ready["grpc"].rsplit(":", 1)[1])
+        connection = socket.create_connection(("127.0.0.1", grpc_port), timeout=30)
+        connection.sendall(b"PRI * HTTP/2.0\r\n")  # half an HTTP/2 preface
+        stalled.append(connection)
         time.sleep(0.2)  # let the collector accept them all (nothing is asserted about time)
         process.send_signal(signum)
         out, err = process.communicate(timeout=60)
