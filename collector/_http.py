@@ -144,13 +144,7 @@ class _Connection(asyncio.Protocol):
             try:
                 event = connection.next_event()
             except h11.RemoteProtocolError as exc:
-                if self._request is not None:  # in the body: an endless chunk-size line is malformed
-                    status, reason = 400, "malformed chunked body" if exc.error_status_hint == 431 else exc
-                else:
-                    status, reason = exc.error_status_hint, exc
-                    if status == 431:
-                        reason = f"request head over {self._server.limits.max_head} bytes"
-                self._fail(text_response(400 if status != 431 else 431, f"malformed request: {reason}"))
+                self._fail(self._malformed(exc))
                 return
             if event is h11.NEED_DATA or event is h11.PAUSED:
                 return
@@ -175,6 +169,13 @@ class _Connection(asyncio.Protocol):
                 self._close()
                 return
 
+    def _malformed(self, error: h11.RemoteProtocolError) -> Response:
+        if error.error_status_hint != 431:  # h11's 501 for other codings is a 400 here (RFC 9112 6.1)
+            return text_response(400, f"malformed request: {error}")
+        if self._request is None:
+            return text_response(431, f"request head over {self._server.limits.max_head} bytes")
+        return text_response(400, "malformed chunked body: chunk-size line too long")
+
     def _on_head(self, event: h11.Request) -> None:
         server = self._server
         limits = server.limits
@@ -195,21 +196,20 @@ class _Connection(asyncio.Protocol):
         request = Request(event.method.decode("latin-1"), target.split("?", 1)[0], headers)
         self._request = request
         if "transfer-encoding" in headers and "content-length" in headers:
-            self._fail(text_response(400, "Transfer-Encoding together with Content-Length", close=True))
+            self._fail(text_response(400, "Transfer-Encoding together with Content-Length"))
             return
         if (
             request.method in ("POST", "PUT")
             and "transfer-encoding" not in headers
             and "content-length" not in headers
         ):
-            self._fail(text_response(411, "Content-Length or chunked Transfer-Encoding required", close=True))
+            self._fail(text_response(411, "Content-Length or chunked Transfer-Encoding required"))
             return
         if "content-length" in headers and int(headers["content-length"]) > limits.max_body:
             self._fail(server.too_large(request, int(headers["content-length"])))
             return
         refusal = server.guard(request) if server.guard is not None else None
         if refusal is not None:
-            refusal.close = True
             self._fail(refusal)
             return
         self._cancel_timer()
@@ -289,7 +289,7 @@ class _Connection(asyncio.Protocol):
             self._close()  # an idle keep-alive connection
             return
         self._server.timeouts += 1
-        self._fail(text_response(408, "request not received in time", close=True))
+        self._fail(text_response(408, "request not received in time"))
 
     # --- shutdown -------------------------------------------------------------------------------------
     def idle(self) -> bool:
