@@ -8,11 +8,11 @@ nothing to wait for).
 
 Why h11 under this protocol: ``benchmarks/bench_collector.py --compare-http`` posts the same OTLP requests
 (512 spans, about 370 KB each) to a parse-only handler under each candidate and counts spans per receiver
-CPU-second (two runs on the shared 2-core machine, best of 2 each): h11 under this protocol 645-667k,
-uvicorn with httptools 570-625k (0.86-0.97x), hypercorn 455k (0.68-0.70x); outside the candidates,
+CPU-second (two to four runs on the shared 2-core machine, best of 2 each): h11 under this protocol 645-667k,
+uvicorn with httptools 570-690k (0.86-1.03x), hypercorn 455k (0.68-0.70x); outside the candidates,
 aiohttp 800-833k (1.24x) and the threaded ``http.server`` 690-740k. The hand-written parser this replaced
-measured 800-833k earlier the same day. h11 costs about 0.5 µs per span over a raw socket (it copies each
-body chunk three times), under 5% of the collector's end-to-end cost per span; in exchange it is a
+measured 800-833k earlier the same day. h11 costs about 0.5 µs per span in process (it copies each body
+chunk three times), under 5% of the collector's end-to-end cost per span; in exchange it is a
 maintained RFC 9112 state machine, and under our own protocol the collector keeps what neither uvicorn nor
 aiohttp offers: deadlines on the request head and on the whole request that slow clients cannot extend,
 and synchronous handlers without an ASGI hop per request.
