@@ -4,7 +4,8 @@ One run measures, with the same pre-encoded OTLP/HTTP requests (agent-like spans
 attributes, 10% of them carrying a 2-4 KB payload) posted over loopback by a separate client process:
 
 (a) the bound: a receiver that only parses each body with ``ParseFromString`` and discards it (same HTTP
-    server code as the collector), in spans per receiver CPU-second;
+    server code as the collector; ``--compare-http`` adds other servers), in spans per receiver
+    CPU-second;
 (b) ``tailcut collect`` end to end (receive, buffer, signals, policies, Parquet) at about a 10% keep
     rate, in spans per collector CPU-second (user + system time of the collector process, read with
     psutil, from the first request until every trace is decided and written);
@@ -16,9 +17,10 @@ Goals: (b) >= 0.3 x (a); (c) <= 2.
 Run::
 
     python benchmarks/bench_collector.py            # about two minutes on 2 cores
-    python benchmarks/bench_collector.py --compare-http   # also the parse-only bound under aiohttp
-                                                          # and http.server (why the collector uses
-                                                          # its own asyncio protocol)
+    python benchmarks/bench_collector.py --compare-http   # also the parse-only bound under uvicorn
+                                                          # (httptools), hypercorn, aiohttp and
+                                                          # http.server (why the collector runs h11
+                                                          # under its own asyncio protocol)
 """
 
 from __future__ import annotations
@@ -199,19 +201,53 @@ _PARSE_ONLY = textwrap.dedent(
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
 
+    async def asgi(scope, receive, send):
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        parse(bytes(body))
+        headers = [(b"content-type", b"application/x-protobuf"), (b"content-length", b"%d" % len(OK))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": OK})
+
+    def listening():
+        import socket
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        print(sock.getsockname()[1], flush=True)
+        return sock
+
     if kind == "tailcut":
-        from tailcut.collector._http import HttpServer, Response
+        from tailcut.collector._http import HttpServer, Limits, Response
 
         def handle(request):
             parse(request.body)
             return Response(200, OK, content_type="application/x-protobuf")
 
         async def main():
-            server = HttpServer({"/v1/traces": {"POST": handle}}, max_body=1 << 30)
+            server = HttpServer({"/v1/traces": {"POST": handle}}, limits=Limits(max_body=1 << 30))
             print(await server.start("127.0.0.1", 0), flush=True)
             await asyncio.Event().wait()
 
         asyncio.run(main())
+    elif kind == "uvicorn":
+        import uvicorn
+
+        config = uvicorn.Config(asgi, http="httptools", lifespan="off", access_log=False, log_level="warning")
+        asyncio.run(uvicorn.Server(config).serve(sockets=[listening()]))
+    elif kind == "hypercorn":
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config
+
+        config = Config()
+        sock = listening()
+        config.bind = [f"fd://{sock.fileno()}"]
+        config.accesslog = config.errorlog = None
+        asyncio.run(serve(asgi, config, mode="asgi"))
     elif kind == "aiohttp":
         from aiohttp import web
 
@@ -472,7 +508,9 @@ def main() -> None:
         "--spans-per-request", type=int, default=512, help="the OTel SDK's default batch size"
     )
     parser.add_argument(
-        "--compare-http", action="store_true", help="also measure the bound under aiohttp and http.server"
+        "--compare-http",
+        action="store_true",
+        help="also measure the bound under uvicorn (httptools), hypercorn, aiohttp and http.server",
     )
     parser.add_argument("--repeat", type=int, default=2, help="runs of (a) and (b); the best of each counts")
     args = parser.parse_args()
@@ -484,7 +522,7 @@ def main() -> None:
     bound_rate = max(bound("tailcut", bodies, spans) for _ in range(args.repeat))
     print(f"(a) parse-only receiver:       {bound_rate:12,.0f} spans per CPU-second")
     if args.compare_http:
-        for kind in ("aiohttp", "stdlib"):
+        for kind in ("uvicorn", "hypercorn", "aiohttp", "stdlib"):
             rate = max(bound(kind, bodies, spans) for _ in range(args.repeat))
             print(
                 f"    same, under {kind:9}         {rate:12,.0f} spans per CPU-second "

@@ -24,6 +24,8 @@ from tailcut.collector._sink import Sink
 
 _logger = logging.getLogger("tailcut.collector")
 T = TypeVar("T")
+#: Seconds a request under way may take to finish once the collector stops.
+CLOSE_GRACE = 2.0
 
 
 class Ports(NamedTuple):
@@ -108,9 +110,7 @@ class Collector:
         config = self.config
         http_port = grpc_port = metrics_port = None
         if config.http is not None:
-            self._http = OtlpHttpReceiver(
-                self.processor.ingest, self.metrics, config.http.max_request_body_size
-            )
+            self._http = OtlpHttpReceiver(self.processor.ingest, self.metrics, config.http)
             http_port = await _listen(
                 self._http.server.start(config.http.host, config.http.port),
                 "OTLP/HTTP",
@@ -119,7 +119,7 @@ class Collector:
                 config.http.port,
             )
         if config.grpc is not None:
-            self._grpc = OtlpGrpcReceiver(self.processor.ingest, self.metrics, config.grpc.max_recv_msg_size)
+            self._grpc = OtlpGrpcReceiver(self.processor.ingest, self.metrics, config.grpc)
             grpc_port = await _listen(
                 self._grpc.start(config.grpc.host, config.grpc.port),
                 "OTLP/gRPC",
@@ -128,7 +128,9 @@ class Collector:
                 config.grpc.port,
             )
         if config.metrics is not None:
-            self._metrics_server = MetricsServer(self.metrics, lambda: not self._stopping)
+            self._metrics_server = MetricsServer(
+                self.metrics, lambda: not self._stopping, config.metrics_security
+            )
             metrics_port = await _listen(
                 self._metrics_server.server.start(*config.metrics), "metrics", "--metrics", *config.metrics
             )
@@ -147,7 +149,9 @@ class Collector:
     def stop(self, timeout: float = 120.0) -> None:
         """Stop accepting, decide every pending trace (``shutdown``), write everything, release the ports.
 
-        Safe to call twice. Raises :class:`CollectorError` if writing fails.
+        Requests under way get :data:`CLOSE_GRACE` seconds to finish; connections still open then
+        (clients that stall mid-request, whose requests were never acknowledged) are cut, so stopping
+        never waits on a client. Safe to call twice. Raises :class:`CollectorError` if writing fails.
         """
         if self._thread is None or self._loop is None:
             return
@@ -160,14 +164,14 @@ class Collector:
     async def _stop_async(self) -> None:
         self._stopping = True
         if self._http is not None:
-            await self._http.server.close()
+            await self._http.server.close(CLOSE_GRACE)
         if self._grpc is not None:
-            await self._grpc.close()
+            await self._grpc.close(CLOSE_GRACE)
         if self._ticker is not None:
             self._ticker.cancel()
         self.processor.shutdown(time.monotonic())
         if self._metrics_server is not None:
-            await self._metrics_server.server.close()
+            await self._metrics_server.server.close(CLOSE_GRACE)
 
     def _shutdown_loop(self) -> None:
         loop, thread = self._loop, self._thread

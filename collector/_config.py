@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ import yaml
 from tailcut.collector._combinators import build_members
 from tailcut.collector._confignode import Node, parse_endpoint
 from tailcut.collector._policies import Policy
+from tailcut.collector._security import BearerTokenAuth, EndpointSecurity, TlsConfig
 from tailcut.errors import ConfigError
 
 DEFAULT_CONFIG_NAME: Final = "otel-config.yaml"
@@ -36,11 +38,20 @@ OVERRIDE_KEYS: Final = ("data", "http", "grpc", "metrics")
 
 @dataclass(frozen=True)
 class HttpReceiverConfig:
-    """OTLP/HTTP receiver: where it listens and the largest body it accepts (also after decompression)."""
+    """OTLP/HTTP receiver: where it listens, the largest body (also after decompression), its deadlines.
+
+    ``read_header_timeout`` bounds the time from a request's first byte to the end of its head,
+    ``read_timeout`` the time to its last byte, ``idle_timeout`` how long a keep-alive connection may wait
+    for its next request (the Collector's confighttp keys).
+    """
 
     host: str = DEFAULT_HTTP[0]
     port: int = DEFAULT_HTTP[1]
     max_request_body_size: int = 32 * MIB
+    read_header_timeout: float = 10.0
+    read_timeout: float = 60.0
+    idle_timeout: float = 60.0
+    security: EndpointSecurity = field(default_factory=EndpointSecurity)
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class GrpcReceiverConfig:
     host: str = DEFAULT_GRPC[0]
     port: int = DEFAULT_GRPC[1]
     max_recv_msg_size: int = 32 * MIB
+    security: EndpointSecurity = field(default_factory=EndpointSecurity)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class CollectorConfig:
     http: HttpReceiverConfig | None = field(default_factory=HttpReceiverConfig)
     grpc: GrpcReceiverConfig | None = field(default_factory=GrpcReceiverConfig)
     metrics: tuple[str, int] | None = DEFAULT_METRICS
+    metrics_security: EndpointSecurity = field(default_factory=EndpointSecurity)
     tail_sampling: TailSamplingConfig = field(default_factory=TailSamplingConfig)
     tailcut: TailcutProcessorConfig = field(default_factory=TailcutProcessorConfig)
     parquet: ParquetExporterConfig | None = field(default_factory=ParquetExporterConfig)
@@ -211,14 +224,20 @@ def parse_config(text: str, source: str = "<string>") -> CollectorConfig:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{source}: invalid YAML{where}: {problem}") from None
     root = Node(document)
-    sections = root.mapping(("receivers", "processors", "exporters", "service"), required=("service",))
-    pipeline = _pipeline(sections["service"])
+    sections = root.mapping(
+        ("extensions", "receivers", "processors", "exporters", "service"), required=("service",)
+    )
+    service = sections["service"].mapping(("extensions", "pipelines", "telemetry"), required=("pipelines",))
+    pipeline = _pipeline(service["pipelines"])
+    authenticators = _extensions(
+        sections.get("extensions", Node(None, "extensions")), service.get("extensions")
+    )
     receivers = sections.get("receivers", Node(None, "receivers")).mapping(("otlp",))
     if "otlp" not in pipeline["receivers"] or "otlp" not in receivers:
         Node(pipeline["receivers"], "service.pipelines.traces.receivers").fail(
             'a list naming the "otlp" receiver'
         )
-    http, grpc = _otlp_receiver(receivers["otlp"])
+    http, grpc = _otlp_receiver(receivers["otlp"], authenticators)
     processors = sections.get("processors", Node(None, "processors")).mapping(("tailcut", "tail_sampling"))
     _check_processors(pipeline["processors"], processors)
     tail_sampling = _tail_sampling(processors["tail_sampling"])
@@ -228,10 +247,12 @@ def parse_config(text: str, source: str = "<string>") -> CollectorConfig:
     parquet, forwarders = _exporters(
         sections.get("exporters", Node(None, "exporters")), pipeline["exporters"]
     )
+    metrics, metrics_security = _metrics_endpoint(service.get("telemetry"), authenticators)
     return CollectorConfig(
         http=http,
         grpc=grpc,
-        metrics=_metrics_address(sections["service"]),
+        metrics=metrics,
+        metrics_security=metrics_security,
         tail_sampling=tail_sampling,
         tailcut=tailcut,
         parquet=parquet,
@@ -240,9 +261,8 @@ def parse_config(text: str, source: str = "<string>") -> CollectorConfig:
     )
 
 
-def _pipeline(service: Node) -> dict[str, list[str]]:
-    keys = service.mapping(("pipelines", "telemetry"), required=("pipelines",))
-    pipelines = keys["pipelines"].mapping(("traces",), required=("traces",))
+def _pipeline(pipelines_node: Node) -> dict[str, list[str]]:
+    pipelines = pipelines_node.mapping(("traces",), required=("traces",))
     traces = pipelines["traces"].mapping(("receivers", "processors", "exporters"), required=("receivers",))
     names = {key: node.as_str_list() for key, node in traces.items()}
     names.setdefault("processors", [])
@@ -252,37 +272,129 @@ def _pipeline(service: Node) -> dict[str, list[str]]:
     return names
 
 
-def _metrics_address(service: Node) -> tuple[str, int]:
-    keys = service.mapping(("pipelines", "telemetry"))
-    if "telemetry" not in keys:
-        return DEFAULT_METRICS
-    metrics = keys["telemetry"].mapping(("metrics",)).get("metrics")
+_EXTENSION_TYPES: Final = ("bearertokenauth",)
+
+
+def _extensions(node: Node, enabled: Node | None) -> dict[str, BearerTokenAuth]:
+    """The ``bearertokenauth`` extensions listed in ``service.extensions``, by name."""
+    value = node.value or {}
+    if not isinstance(value, dict):
+        node.fail("a mapping")
+    defined: dict[str, Node] = {}
+    for key, block in value.items():
+        where = Node(block, node.child_path(str(key)))
+        if str(key).partition("/")[0] not in _EXTENSION_TYPES:
+            allowed = ", ".join(f"{name}[/NAME]" for name in _EXTENSION_TYPES)
+            raise ConfigError(f"{where.path}: unknown extension; allowed: {allowed}")
+        defined[str(key)] = where
+    authenticators: dict[str, BearerTokenAuth] = {}
+    listed = enabled.items() if enabled is not None else []
+    for item in listed:
+        name = item.as_str()
+        if name not in defined:
+            item.fail("an extension defined under extensions (" + ", ".join(defined) + ")")
+        authenticators[name] = _bearer_token(name, defined[name])
+    return authenticators
+
+
+def _bearer_token(name: str, block: Node) -> BearerTokenAuth:
+    keys = block.mapping(("token", "filename", "scheme"))
+    scheme = keys["scheme"].as_str(allow_empty=True) if "scheme" in keys else "Bearer"
+    if "filename" in keys:  # as in the Collector, a file wins over an inline token
+        path = keys["filename"].as_str()
+        try:
+            token = Path(path).read_text("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            keys["filename"].error(f"cannot read the token file {path}: {getattr(exc, 'strerror', exc)}")
+        if not token:
+            keys["filename"].error(f"the token file {path} is empty")
+    elif "token" in keys:
+        token = keys["token"].as_str()
+    else:
+        block.error("set token or filename")
+    return BearerTokenAuth(name, token, scheme)
+
+
+def _security(keys: dict[str, Node], authenticators: dict[str, BearerTokenAuth]) -> EndpointSecurity:
+    """An endpoint's ``tls`` and ``auth`` blocks (certificates are loaded now, to fail at start)."""
+    tls = auth = None
+    if "tls" in keys:
+        block = keys["tls"]
+        tls_keys = block.mapping(
+            ("cert_file", "key_file", "client_ca_file"), required=("cert_file", "key_file")
+        )
+        tls = TlsConfig(
+            Path(tls_keys["cert_file"].as_str()),
+            Path(tls_keys["key_file"].as_str()),
+            Path(tls_keys["client_ca_file"].as_str()) if "client_ca_file" in tls_keys else None,
+        )
+        try:
+            tls.ssl_context()
+        except (OSError, ssl.SSLError) as exc:
+            block.error(f"cannot load the certificate, key or CA: {getattr(exc, 'strerror', None) or exc}")
+    if "auth" in keys:
+        authenticator = keys["auth"].mapping(("authenticator",), required=("authenticator",))["authenticator"]
+        name = authenticator.as_str()
+        if name not in authenticators:
+            listed = ", ".join(authenticators) or "none"
+            authenticator.fail(f"a bearertokenauth extension listed in service.extensions ({listed})")
+        auth = authenticators[name]
+    return EndpointSecurity(tls, auth)
+
+
+def _metrics_endpoint(
+    telemetry: Node | None, authenticators: dict[str, BearerTokenAuth]
+) -> tuple[tuple[str, int], EndpointSecurity]:
+    """``service.telemetry.metrics``: ``address`` plus tailcut's ``tls`` and ``auth`` (receiver shape)."""
+    metrics = telemetry.mapping(("metrics",)).get("metrics") if telemetry is not None else None
     if metrics is None:
-        return DEFAULT_METRICS
-    address = metrics.mapping(("address",)).get("address")
-    return address.as_endpoint() if address is not None else DEFAULT_METRICS
+        return DEFAULT_METRICS, EndpointSecurity()
+    keys = metrics.mapping(("address", "tls", "auth"))
+    address = keys["address"].as_endpoint() if "address" in keys else DEFAULT_METRICS
+    return address, _security(keys, authenticators)
 
 
-def _otlp_receiver(node: Node) -> tuple[HttpReceiverConfig | None, GrpcReceiverConfig | None]:
+def _otlp_receiver(
+    node: Node, authenticators: dict[str, BearerTokenAuth]
+) -> tuple[HttpReceiverConfig | None, GrpcReceiverConfig | None]:
     protocols = node.mapping(("protocols",), required=("protocols",))["protocols"]
     enabled = protocols.mapping(("http", "grpc"))
     if not enabled:
         protocols.fail("at least one of http, grpc")
     http = grpc = None
     if "http" in enabled:
-        keys = enabled["http"].mapping(("endpoint", "max_request_body_size"))
-        host, port = keys["endpoint"].as_endpoint() if "endpoint" in keys else DEFAULT_HTTP
-        limit = (
-            keys["max_request_body_size"].as_int(minimum=1) if "max_request_body_size" in keys else 32 * MIB
+        keys = enabled["http"].mapping(
+            (
+                "endpoint",
+                "max_request_body_size",
+                "read_header_timeout",
+                "read_timeout",
+                "idle_timeout",
+                "tls",
+                "auth",
+            )
         )
-        http = HttpReceiverConfig(host, port, limit)
+        host, port = keys["endpoint"].as_endpoint() if "endpoint" in keys else DEFAULT_HTTP
+        defaults = HttpReceiverConfig()
+        http = HttpReceiverConfig(
+            host,
+            port,
+            keys["max_request_body_size"].as_int(minimum=1)
+            if "max_request_body_size" in keys
+            else defaults.max_request_body_size,
+            *(
+                keys[name].as_duration(positive=True) if name in keys else getattr(defaults, name)
+                for name in ("read_header_timeout", "read_timeout", "idle_timeout")
+            ),
+            security=_security(keys, authenticators),
+        )
     if "grpc" in enabled:
-        keys = enabled["grpc"].mapping(("endpoint", "max_recv_msg_size_mib"))
+        keys = enabled["grpc"].mapping(("endpoint", "max_recv_msg_size_mib", "tls", "auth"))
         host, port = keys["endpoint"].as_endpoint() if "endpoint" in keys else DEFAULT_GRPC
         size = (
             keys["max_recv_msg_size_mib"].as_number(minimum=0.001) if "max_recv_msg_size_mib" in keys else 32
         )
-        grpc = GrpcReceiverConfig(host, port, int(size * MIB))
+        grpc = GrpcReceiverConfig(host, port, int(size * MIB), _security(keys, authenticators))
     return http, grpc
 
 

@@ -69,42 +69,55 @@ def collect(
 
     Every trace gets a row in the `traces` table, kept or dropped, with the policies that matched and
     its inclusion probability; kept traces' spans go to `spans`. SIGTERM or SIGINT decides every
-    pending trace, writes everything and exits 0. Python API: tailcut.collector.Collector.
+    pending trace, writes everything and exits 0, also when it arrives during start-up. Python API:
+    tailcut.collector.Collector.
     """
-    from tailcut.collector import Collector, load_config
-
     if no_grpc and grpc is not None:
         raise click.UsageError("--grpc and --no-grpc contradict each other")
-    overrides: dict[str, Any] = {"data": data, "http": http, "metrics": metrics}
-    overrides["grpc"] = False if no_grpc else grpc
+    stop = threading.Event()
+    # First of all, so that SIGINT or SIGTERM at any moment of start-up stops the command (it would
+    # otherwise land in an import or in start() and be lost or turn into a traceback).
+    previous = {sig: signal.signal(sig, _setter(stop)) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        config = load_config(config_path, overrides)
-        if check:
-            click.echo(describe_config(config))
-            return
-        collector = Collector(config)
-        _tune_gc()
-        stop = threading.Event()
-        previous = {sig: signal.signal(sig, _setter(stop)) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            ports = collector.start()
-            _announce(config, ports)
-            while not stop.wait(0.5):
-                pass
-            click.echo("tailcut collect: stopping: deciding pending traces and writing everything", err=True)
-            collector.stop()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        summary = collector.processor.summary()
-        _emit({"event": "stopped", **summary})
-        click.echo(
-            f"tailcut collect: stopped: {summary['traces']} traces decided, {summary['kept']} kept, "
-            f"{summary['spans_written']} spans written",
-            err=True,
+        _run(
+            config_path, check, {"data": data, "http": http, "metrics": metrics, "grpc": grpc}, no_grpc, stop
         )
     except TailcutError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(
+    config_path: str | None, check: bool, overrides: dict[str, Any], no_grpc: bool, stop: threading.Event
+) -> None:
+    """Start, wait for a stop signal, stop; a signal before the collector is ready stops it as well."""
+    from tailcut.collector import Collector, load_config
+
+    if no_grpc:
+        overrides["grpc"] = False
+    config = load_config(config_path, overrides)
+    if check:
+        click.echo(describe_config(config))
+        return
+    collector = Collector(config)
+    _tune_gc()
+    if not stop.is_set():
+        ports = collector.start()
+        if not stop.is_set():
+            _announce(config, ports)
+        while not stop.wait(0.5):
+            pass
+        click.echo("tailcut collect: stopping: deciding pending traces and writing everything", err=True)
+        collector.stop()
+    summary = collector.processor.summary()
+    _emit({"event": "stopped", **summary})
+    click.echo(
+        f"tailcut collect: stopped: {summary['traces']} traces decided, {summary['kept']} kept, "
+        f"{summary['spans_written']} spans written",
+        err=True,
+    )
 
 
 def _tune_gc() -> None:
@@ -155,9 +168,9 @@ def describe_config(config: Any) -> str:
     lines = [f"config OK: {config.source}"]
     receivers = []
     if config.http is not None:
-        receivers.append(f"otlp/http {config.http.host}:{config.http.port}")
+        receivers.append(f"otlp/http {config.http.host}:{config.http.port}{_secured(config.http.security)}")
     if config.grpc is not None:
-        receivers.append(f"otlp/grpc {config.grpc.host}:{config.grpc.port}")
+        receivers.append(f"otlp/grpc {config.grpc.host}:{config.grpc.port}{_secured(config.grpc.security)}")
     lines.append("receivers: " + ", ".join(receivers))
     ts = config.tail_sampling
     timing = f"{ts.decision_wait:g}s after the first span"
@@ -174,5 +187,15 @@ def describe_config(config: Any) -> str:
     exporters.extend(f"{forwarder.name} -> {forwarder.endpoint}" for forwarder in config.forwarders)
     lines.append("exporters: " + ", ".join(exporters))
     if config.metrics is not None:
-        lines.append(f"metrics: {config.metrics[0]}:{config.metrics[1]}")
+        lines.append(f"metrics: {config.metrics[0]}:{config.metrics[1]}{_secured(config.metrics_security)}")
     return "\n".join(lines)
+
+
+def _secured(security: Any) -> str:
+    """`` (mutual TLS, auth: bearertokenauth)`` for an endpoint's security settings, or nothing."""
+    parts = []
+    if security.tls is not None:
+        parts.append("mutual TLS" if security.tls.client_ca_file is not None else "TLS")
+    if security.auth is not None:
+        parts.append(f"auth: {security.auth.name}")
+    return f" ({', '.join(parts)})" if parts else ""
