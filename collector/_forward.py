@@ -37,6 +37,8 @@ _RETRYABLE_GRPC = frozenset(
 _EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 #: Encoded bytes of batches waiting for the forwarders; a batch past it is counted as failed.
 MAX_QUEUED_BYTES: Final = 64 * 1024 * 1024
+#: Longest wait at shutdown for queued batches to be sent.
+DRAIN_SECONDS: Final = 10.0
 #: Attempts per batch (within the exporter's timeout), and the backoff before the second.
 MAX_ATTEMPTS: Final = 5
 BACKOFF: Final = 0.5
@@ -93,13 +95,18 @@ class ForwardQueue:
         _logger.error("tailcut collector: forward queue full, %d spans not forwarded", span_count)
 
     def close(self, timeout: float) -> None:
-        """Send what is queued (each batch within its retry budget), then release the forwarders."""
+        """Send what is queued for up to ``timeout`` (at most :data:`DRAIN_SECONDS`), then stop.
+
+        Stopping interrupts a retry; batches still queued then are counted as failed.
+        """
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
+            self._thread.join(min(timeout, DRAIN_SECONDS))
         for forwarder in self._forwarders:
             forwarder.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
         self._forwarders = []
 
     def _run(self) -> None:
@@ -152,6 +159,8 @@ class GrpcForwarder:
         self._call = self._channel.unary_unary(_EXPORT, request_serializer=None, response_deserializer=None)
 
     def export_bytes(self, body: bytes, span_count: int) -> bool:
+        if self._stopped.is_set():
+            return False
         config = self._config
         compression = (
             grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression

@@ -52,7 +52,7 @@ FLUSH_INTERVAL = 0.25
 FLUSH_SPANS = 4096
 #: Seconds before the first retry to open the data dir after an I/O error, and the longest wait.
 RECOVERY_BACKOFF: Final = 0.5
-RECOVERY_MAX_BACKOFF: Final = 10.0
+RECOVERY_MAX_BACKOFF: Final = 5.0
 
 
 class RawSpan(NamedTuple):
@@ -430,11 +430,12 @@ class Sink:
         """Open the data dir afresh and check that files can be created where the log and tables live."""
         if self.wal is not None:
             _touch(self.wal.directory)
-        if self.config.parquet is not None:
-            writer = self._open_writer()
+        parquet = self.config.parquet
+        if parquet is not None:
             for table in ("spans", "traces"):
-                _touch(writer.root / table)
-            self._fresh = writer
+                _touch(parquet.path / table)
+            if self._fresh is None:
+                self._fresh = self._open_writer()
 
     def _write_spans(self, group: list[KeptSpans]) -> None:
         request = assemble_request(group)
@@ -480,7 +481,8 @@ class Sink:
 
 
 def _touch(directory: Path) -> None:
-    """Create and remove a file in ``directory`` (raises OSError when that is impossible)."""
+    """Create ``directory`` if needed and a file in it, removed again (OSError when impossible)."""
+    directory.mkdir(parents=True, exist_ok=True)
     probe = directory / f".probe-{os.getpid()}"
     probe.write_bytes(b"")
     probe.unlink()

@@ -20,6 +20,7 @@ raised by the caller's next call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -172,7 +173,6 @@ class DataDirWriter:
         self._lock = threading.RLock()
         self._partitions: dict[tuple[str, str], _Partition] = {}
         self._closed = False
-        self._worker = _Worker() if background else None
         try:
             for table in schema.TABLES:
                 if table in _SORT_KEYS:
@@ -181,6 +181,7 @@ class DataDirWriter:
                 stale.unlink(missing_ok=True)
         except OSError as exc:
             raise DataDirError(f"cannot use data dir {self.root}: {exc.strerror or exc}") from None
+        self._worker = _Worker() if background else None
 
     # --- public ------------------------------------------------------------------------------------------
     def write_spans(self, table: pa.Table) -> None:
@@ -351,7 +352,8 @@ class DataDirWriter:
             except (OSError, pa.ArrowException):
                 pass
         if partition.temporary is not None:
-            partition.temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # its directory may be gone: the next writer's cleanup
+                partition.temporary.unlink()
         partition.writer = partition.temporary = partition.final = None
 
 

@@ -1,4 +1,4 @@
-"""The write-ahead log through real ``tailcut collect`` processes: ``kill -9`` at random moments loses nothing.
+"""The write-ahead log through real ``tailcut collect`` processes: ``kill -9`` at any moment loses nothing.
 
 Bookkeeping is per span: a span is *acknowledged* when its request got 200 / OK, *refused* when it got a
 definite error status, and *in doubt* when the connection broke (the collector may have logged it just
@@ -73,6 +73,7 @@ class CollectorProcess:
         ready = json.loads(self.process.stdout.readline())
         self.http = int(ready["http"].rsplit(":", 1)[1])
         self.grpc = ready["grpc"]
+        self.metrics = int(ready["metrics"].rsplit(":", 1)[1])
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -174,7 +175,9 @@ def check(data: Path, ledger: Ledger) -> collections.Counter[str]:
         counted = row["span_count"] + row["late_spans"]
         assert acked <= counted <= sent_per_trace[trace_id], (trace_id, acked, counted)
         if row["kept"]:
-            assert stored_per_trace[trace_id] == counted, f"kept trace {trace_id}: counted spans not all stored"
+            assert stored_per_trace[trace_id] == counted, (
+                f"kept trace {trace_id}: counted spans not all stored"
+            )
         else:
             assert stored_per_trace[trace_id] == 0
         kinds["kept" if row["kept"] else "dropped"] += 1
