@@ -1,6 +1,6 @@
 """What the collector writes to its write-ahead log, and reading it back after a crash.
 
-Four record types, enough to rebuild the processor's state exactly (the replay itself is
+Five record types, enough to rebuild the processor's state exactly (the replay itself is
 :meth:`tailcut.collector._processor.Processor.recover`):
 
 * ``SPANS``: one accepted request, as its encoded body, with its arrival time (wall clock) and, for each
@@ -9,6 +9,9 @@ Four record types, enough to rebuild the processor's state exactly (the replay i
 * ``DECIDED``: a trace's decision with its ``traces`` row and how many of its spans it covered (spans
   after those are late spans).
 * ``CLOSED``: the trace's row left its late-span window (it was handed to the writer).
+* ``COMPACT``: every span so far of a trace still waiting for its decision, with when it was first
+  seen. It replaces the trace's earlier records, so a trace that waits long (``decision_wait``) does
+  not keep the log's oldest segments, and everything after them, from being deleted.
 * ``PUBLISHED``: a Parquet file is about to appear under this name (written, and fsync'd, before the
   rename). After a crash, a named file that exists holds rows that must not be written twice.
 
@@ -19,20 +22,23 @@ answered; a decision made by a decision round is written when it is made.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 import pyarrow.parquet as pq
 
 from tailcut.collector._decide import TraceDecision
+from tailcut.collector._encode import request_of
 from tailcut.collector._rows import TraceRow
 
 SPANS: Final = 1
 DECIDED: Final = 2
 CLOSED: Final = 3
 PUBLISHED: Final = 4
+COMPACT: Final = 5
+_SECONDS: Final = struct.Struct("<d")
 _SPANS_HEAD: Final = struct.Struct("<dI")
 
 
@@ -99,6 +105,16 @@ def decision_of(row: TraceRow) -> TraceDecision:
 
 def closed_record(trace_id: bytes) -> tuple[int, bytes]:
     return CLOSED, trace_id
+
+
+def compact_record(trace_id: bytes, first_seen: float, spans: Sequence[Any]) -> tuple[int, bytes]:
+    """``first_seen`` in wall-clock seconds; ``spans`` anything with ``data`` and ``origin``."""
+    return COMPACT, trace_id + _SECONDS.pack(first_seen) + request_of(spans)
+
+
+def read_compact(payload: bytes) -> tuple[bytes, float, bytes]:
+    """``(trace id, first seen, request body)`` of a ``COMPACT`` record."""
+    return payload[:16], _SECONDS.unpack_from(payload, 16)[0], payload[16 + _SECONDS.size :]
 
 
 def published_record(relative: str) -> tuple[int, bytes]:

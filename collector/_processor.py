@@ -28,6 +28,7 @@ then the state is rebuilt from the log, as after a crash, and the collector carr
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -48,15 +49,18 @@ from tailcut.collector._errors import CollectorError
 from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts
 from tailcut.collector._journal import (
     CLOSED,
+    COMPACT,
     DECIDED,
     PUBLISHED,
     SPANS,
     LateEntry,
     Published,
     closed_record,
+    compact_record,
     decided_record,
     decision_of,
     published,
+    read_compact,
     read_decided,
     read_spans,
     spans_record,
@@ -80,6 +84,8 @@ UNAVAILABLE_RETRY_AFTER: Final = 5.0
 #: Seconds between attempts to resume after an I/O error, at first and at most.
 RESET_BACKOFF: Final = 0.5
 RESET_MAX_BACKOFF: Final = 10.0
+#: Waiting traces looked at per decision round for compaction (:meth:`Processor._compact`).
+COMPACT_SCAN: Final = 10_000
 _BAD_IDS = (
     "spans need a 16-byte non-zero trace_id, an 8-byte non-zero span_id and an empty or 8-byte parent_span_id"
 )
@@ -264,6 +270,14 @@ class Processor:
                     if trace is not None:
                         self.buffer.remove(trace)
                         self._redecide(trace, span_count, row, clock(row.decided_at / 1e9))
+                elif kind == COMPACT:
+                    trace_id, first_seen, body = read_compact(payload)
+                    trace = self.buffer.get(trace_id)
+                    if trace is not None:  # replaced by the record's copy of its spans
+                        self.buffer.remove(trace)
+                        wal.release(trace.hold.segments)
+                    self._ingest(body, "replay", clock(first_seen))
+                    self._take_segment(segment)
                 elif kind == CLOSED:
                     open_row = self.open_rows.pop(payload, None)
                     if open_row is not None:
@@ -363,6 +377,32 @@ class Processor:
             wal.collect()
             if wal.nbytes > wal.max_bytes // 2:
                 self.sink.request_flush()
+                self._compact()
+
+    def _compact(self) -> None:
+        """Copy the waiting traces that hold the log's oldest segment into a new one, and let it go.
+
+        Only worth it when they are a small part of it (then most of what the segment pins is dead);
+        the oldest traces come first in the buffer, and at most :data:`COMPACT_SCAN` are looked at.
+        """
+        wal = self.wal
+        assert wal is not None
+        oldest = wal.oldest_segment()
+        victims = [
+            trace
+            for trace in itertools.islice(self.buffer.pending.values(), COMPACT_SCAN)
+            if trace.hold.segments and trace.hold.segments[0] == oldest
+        ]
+        if not victims or sum(trace.nbytes for trace in victims) > wal.sizes.get(oldest, 0) // 2:
+            return
+        offset = time.time() - time.monotonic()
+        segment = wal.append(
+            [compact_record(trace.trace_id, trace.first_seen + offset, trace.spans) for trace in victims]
+        )
+        for trace in victims:
+            wal.release(trace.hold.segments)
+            trace.hold.segments = [segment]
+            wal.hold(segment)
 
     # --- I/O faults -----------------------------------------------------------------------------------------
     def _enter_fault(self, error: BaseException) -> None:
@@ -587,7 +627,11 @@ class Processor:
             self._commit()
         except WalFailure:
             return
-        self._release_published()
+        try:
+            self._release_published()
+        except WalFailure as exc:
+            self._enter_fault(exc)
+            return
         if decided:
             self.metrics.decision_timer_latency.observe((time.perf_counter() - started) * 1000)
 

@@ -34,6 +34,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from tailcut import attributes as attr
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import TraceDecision
+from tailcut.collector._encode import SPAN_TAG, encode_request
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._forward import ForwardQueue, make_forwarder
 from tailcut.collector._journal import published_record
@@ -508,22 +509,10 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
             data = span.data
             if index == root_index:
                 added = extra + encode_attributes(item.signal_attributes)
-                entry[1].append(_SPAN_TAG + encode_varint(len(data) + len(added)) + data + added)
+                entry[1].append(SPAN_TAG + encode_varint(len(data) + len(added)) + data + added)
             else:
-                entry[1].append(_SPAN_TAG + encode_varint(len(data) + len(extra)) + data + extra)
-    resource_spans = []
-    for origin, spans in by_origin.values():
-        scope_spans = _field(1, origin.scope) + b"".join(spans)
-        resource_spans.append(_field(1, _field(1, origin.resource) + _field(2, scope_spans)))
-    return b"".join(resource_spans)
-
-
-_SPAN_TAG = b"\x12"  # ScopeSpans.spans: field 2, length-delimited
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return bytes(((number << 3) | 2,)) + encode_varint(len(payload)) + payload
+                entry[1].append(SPAN_TAG + encode_varint(len(data) + len(extra)) + data + extra)
+    return encode_request(by_origin.values())
 
 
 @functools.lru_cache(maxsize=1024)

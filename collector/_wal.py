@@ -65,7 +65,7 @@ class WriteAheadLog:
     max_bytes
         Size of all segments past which :attr:`full` is true.
     segment_bytes
-        Size at which the active segment rolls over.
+        Size at which the active segment rolls over (at most ``max_bytes / 8``).
     observe_fsync
         Called with each fsync's duration in seconds (from any thread).
     """
@@ -86,7 +86,8 @@ class WriteAheadLog:
         self.fsync_mode = fsync
         self.fsync_interval = fsync_interval
         self.max_bytes = max_bytes
-        self.segment_bytes = segment_bytes
+        #: At most an eighth of ``max_bytes``, so that truncation can free room before the log is full.
+        self.segment_bytes = min(segment_bytes, max(max_bytes // 8, 4096))
         self._observe_fsync = observe_fsync
         #: segment number -> size in bytes, oldest first
         self.sizes: dict[int, int] = {}

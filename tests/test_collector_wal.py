@@ -234,3 +234,69 @@ def test_a_clean_stop_empties_the_log_and_a_restart_writes_nothing_twice(tmp_pat
     CollectorProcess(config).stop()  # nothing to replay: nothing written twice
     kinds = check(tmp_path / "data", ledger)
     assert kinds["whole"] == 30
+
+
+def _wal_bytes(data: Path) -> int:
+    return sum(path.stat().st_size for path in (data / "wal").glob("*.wal"))
+
+
+@pytest.mark.slow
+def test_a_trace_that_waits_long_does_not_pin_the_log_and_survives_a_crash(tmp_path):
+    """Compaction: the log stays bounded while one trace waits for its decision_wait, a kill loses nothing."""
+    config = write_config(
+        tmp_path,
+        policies=POLICIES,
+        decision_wait="8s",
+        tailcut={"late_span_window": "0s", "wal": {"max_size_mib": 1, "segment_size_mib": 0.03}},
+    )
+    config.write_text(config.read_text().replace("roll_age: 60s", "roll_age: 200ms"))
+    rng = random.Random(21)
+    ledger = Ledger()
+    collector = CollectorProcess(config)
+    waiting = _traces(rng, 1)[0][:-1]  # its root never comes: decided `idle` after decision_wait
+    assert post(collector.http, export_request(waiting))[0] == 200
+    ledger.note(waiting, "acked")
+    sent = 0
+    while sent < 3 * 1024 * 1024:  # three times the log's bound, in complete traces decided at once
+        spans = _traces(rng, 1)[0]
+        body = export_request(spans)
+        assert post(collector.http, body)[0] == 200  # never 429: the log is compacted, not full
+        ledger.note(spans, "acked")
+        sent += len(body)
+    assert _wal_bytes(tmp_path / "data") < 1024 * 1024
+    collector.kill()
+    collector = CollectorProcess(config)
+    time.sleep(1.0)
+    collector.stop()  # decides the waiting trace (`shutdown`) from its compacted copy
+    check(tmp_path / "data", ledger)
+    reasons = rows(
+        tmp_path / "data",
+        "traces",
+        f"SELECT span_count FROM t WHERE trace_id = '{waiting[0].trace_id.hex()}'",
+    )
+    assert reasons == [{"span_count": len(waiting)}]
+
+
+def test_a_full_log_answers_429_and_loses_nothing(tmp_path):
+    config = write_config(
+        tmp_path, policies=POLICIES, decision_wait="10m", tailcut={"wal": {"max_size_mib": 1}}
+    )
+    rng = random.Random(22)
+    ledger = Ledger()
+    collector = CollectorProcess(config)
+    try:
+        for _ in range(2000):  # traces of 16 KB that all wait: the log holds them all
+            trace_id = rng.randbytes(16)
+            spans = [span(trace_id, rng.randbytes(8), b"\x01" * 8, payload="x" * 4000) for _ in range(4)]
+            status, headers, _ = post(collector.http, export_request(spans))
+            if status == 429:
+                assert headers["retry-after"] == "1"
+                ledger.note(spans, "refused")
+                break
+            assert status == 200
+            ledger.note(spans, "acked")
+        else:
+            pytest.fail("the log never filled")
+    finally:
+        collector.stop()
+    check(tmp_path / "data", ledger)
