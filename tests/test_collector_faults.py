@@ -4,8 +4,9 @@
 * A data dir that stops being writable mid-load: 503 with a retry delay meanwhile, nothing acknowledged
   lost, serving again without a restart once it is writable.
 * A forward target that refuses connections, hangs, or answers a line that is not HTTP: the Parquet
-  rows are written on time all the same.
+  rows are written on time all the same; a healthy one (OTLP/HTTP or OTLP/gRPC) gets every kept span.
 * One burst, then silence: the rows become readable within ``roll_age`` without more traffic.
+* The log's metrics, and one log per collector.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tailcut.exporters._varint import encode_varint
-from tests.test_collector_helpers import export_request, post, python_env, rows, span, write_config
+from tests.test_collector_helpers import (
+    export_request,
+    post,
+    python_env,
+    rows,
+    span,
+    start_collector,
+    write_config,
+)
 from tests.test_collector_wal import COLLECT, POLICIES, CollectorProcess, Ledger, _traces, check
 
 
@@ -289,3 +298,34 @@ def test_a_second_collector_on_the_same_log_fails_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"Error: another collector is using the write-ahead log in {tmp_path / 'data' / 'wal'}"
     )
+
+
+@pytest.mark.parametrize("kind", ["otlphttp", "otlp"])
+def test_a_healthy_forward_target_gets_every_kept_span(tmp_path, kind):
+    (tmp_path / "target").mkdir()
+    target = start_collector(tmp_path / "target", policies=[{"name": "all", "type": "always_sample"}])
+    if kind == "otlphttp":
+        block = f"  otlphttp/next:\n    endpoint: http://127.0.0.1:{target.ports.http}\n"
+    else:
+        block = f"  otlp/next:\n    endpoint: 127.0.0.1:{target.ports.grpc}\n    tls:\n      insecure: true\n"
+    config = _config(tmp_path, tailcut={"late_span_window": "0s"})
+    text = config.read_text().replace(
+        "exporters:\n  tailcut_parquet:", f"exporters:\n{block}  tailcut_parquet:"
+    )
+    config.write_text(
+        text.replace(
+            "exporters:\n      - tailcut_parquet", f"exporters:\n      - tailcut_parquet\n      - {kind}/next"
+        )
+    )
+    collector = CollectorProcess(config)
+    ledger = Ledger()
+    try:
+        for spans in _traces(random.Random(15), 20):
+            assert post(collector.http, export_request(spans))[0] == 200
+            ledger.note(spans, "acked")
+    finally:
+        collector.stop()
+        target.stop()
+    kept = {row["trace_id"] for row in rows(tmp_path / "data", "traces", "SELECT trace_id FROM t WHERE kept")}
+    expected = sorted(span_id for span_id in ledger.acked if ledger.trace_of[span_id] in kept)
+    assert kept and sorted(r["span_id"] for r in rows(tmp_path / "target" / "data", "spans")) == expected

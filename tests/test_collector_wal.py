@@ -7,6 +7,9 @@ before it died: it may or may not be stored, like any at-least-once receiver). T
 * every acknowledged span is counted in its trace's ``traces`` row, and every kept trace's counted spans
   are all stored;
 * no trace has two rows; no span appears that was refused or never sent.
+
+Also here: a trace that waits long does not pin the log (compaction), a full log answers 429 and
+loses nothing, a clean stop empties the log, and the ``processors.tailcut.wal`` settings.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tailcut.collector import load_config
+from tailcut.errors import ConfigError
 from tests.test_collector_helpers import (
     export_request,
     post,
@@ -300,3 +305,37 @@ def test_a_full_log_answers_429_and_loses_nothing(tmp_path):
     finally:
         collector.stop()
     check(tmp_path / "data", ledger)
+
+
+@pytest.mark.parametrize(
+    ("wal", "message"),
+    [
+        (
+            {"fsync": "sometimes"},
+            'processors.tailcut.wal.fsync: expected one of always, interval, never, got "sometimes"',
+        ),
+        ({"max_size_mib": 0}, "processors.tailcut.wal.max_size_mib: expected a number >= 1, got 0"),
+        ({"size": 1}, "processors.tailcut.wal.size: unknown key"),
+    ],
+)
+def test_a_bad_wal_setting_fails_in_one_line(tmp_path, wal, message):
+    config = write_config(tmp_path, tailcut={"wal": wal})
+    with pytest.raises(ConfigError) as raised:
+        load_config(config)
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_wal_settings_and_their_defaults(tmp_path):
+    default = load_config(write_config(tmp_path)).tailcut.wal
+    assert (default.enabled, default.directory, default.fsync, default.fsync_interval) == (
+        True,
+        None,
+        "interval",
+        1.0,
+    )
+    set_ = load_config(
+        write_config(
+            tmp_path, tailcut={"wal": {"dir": "elsewhere", "fsync": "always", "fsync_interval": "250ms"}}
+        )
+    ).tailcut.wal
+    assert (set_.directory, set_.fsync, set_.fsync_interval) == (Path("elsewhere"), "always", 0.25)
