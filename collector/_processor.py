@@ -84,6 +84,8 @@ UNAVAILABLE_RETRY_AFTER: Final = 5.0
 #: Seconds between attempts to resume after an I/O error, at first and at most.
 RESET_BACKOFF: Final = 0.5
 RESET_MAX_BACKOFF: Final = 10.0
+#: Holds released together (see ``Processor._releases``).
+RELEASE_BATCH: Final = 1024
 #: Waiting traces looked at per decision round for compaction (:meth:`Processor._compact`).
 COMPACT_SCAN: Final = 10_000
 _BAD_IDS = (
@@ -196,8 +198,9 @@ class Processor:
         self._outbox: list[tuple[KeptSpans | TraceRow, Hold | None]] = []
         #: Holds whose spans the request in progress added (they take its log segment).
         self._touched: dict[Any, Hold] = {}
-        #: (writer sequence number, hold) released once the writer published up to that number.
-        self._releases: collections.deque[tuple[int, Hold]] = collections.deque()
+        #: [highest writer sequence number, segment -> references, holds] of batches of holds, each
+        #: released once the writer published that far (batched: one entry per trace would cost memory).
+        self._releases: collections.deque[list[Any]] = collections.deque()
         #: What a replay found already published (only while replaying).
         self._published: Published | None = None
 
@@ -349,8 +352,13 @@ class Processor:
         releases = self._releases
         for item, hold in self._outbox:
             seq = sink.submit_kept(item) if isinstance(item, KeptSpans) else sink.submit_row(item)
-            if hold is not None:
-                releases.append((seq, hold))
+            if hold is not None and hold.segments:
+                if not releases or releases[-1][2] >= RELEASE_BATCH:
+                    releases.append([seq, collections.Counter(), 0])
+                batch = releases[-1]
+                batch[0] = seq
+                batch[1].update(hold.segments)
+                batch[2] += 1
         self._outbox.clear()
 
     def _take_segment(self, segment: int) -> None:
@@ -369,10 +377,9 @@ class Processor:
         releases = self._releases
         published_seq = self.sink.published_seq
         while releases and releases[0][0] <= published_seq:
-            hold = releases.popleft()[1]
+            references = releases.popleft()[1]
             if wal is not None:
-                wal.release(hold.segments)
-            hold.segments = []
+                wal.release(references)
         if wal is not None:
             wal.collect()
             if wal.nbytes > wal.max_bytes // 2:

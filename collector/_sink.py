@@ -54,6 +54,8 @@ FLUSH_SPANS = 4096
 #: Seconds before the first retry to open the data dir after an I/O error, and the longest wait.
 RECOVERY_BACKOFF: Final = 0.5
 RECOVERY_MAX_BACKOFF: Final = 5.0
+#: Submissions this close in time share their entry in the unpublished list (its age is the first's).
+_AGE_RESOLUTION: Final = 0.1
 
 
 class RawSpan(NamedTuple):
@@ -144,7 +146,8 @@ class Sink:
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
         self._seq = 0
-        #: (seq, monotonic time) of each submission not yet published, oldest first.
+        #: (highest seq, monotonic time of the first) of the submissions not yet published, oldest first,
+        #: grouped by tenths of a second.
         self._unpublished: collections.deque[tuple[int, float]] = collections.deque()
         self.published_seq = 0
         self._written_seq = 0
@@ -184,7 +187,8 @@ class Sink:
         self._thread = None
         self.forwarding.close(timeout)
         if self.fault is not None:
-            raise CollectorError(f"writing failed: {self.fault}; the write-ahead log keeps the data")
+            kept = "; the write-ahead log keeps what was not written" if self.wal is not None else ""
+            raise CollectorError(f"writing failed: {self.fault}{kept}")
         if unfinished:
             raise CollectorError(f"the writer did not finish within {timeout:g}s; some rows may be missing")
 
@@ -217,7 +221,12 @@ class Sink:
 
     def _next_seq(self) -> int:
         self._seq += 1
-        self._unpublished.append((self._seq, time.monotonic()))
+        now = time.monotonic()
+        unpublished = self._unpublished
+        if unpublished and now - unpublished[-1][1] < _AGE_RESOLUTION:
+            unpublished[-1] = (self._seq, unpublished[-1][1])  # one entry per tenth of a second
+        else:
+            unpublished.append((self._seq, now))
         return self._seq
 
     def request_flush(self) -> None:

@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -219,11 +219,15 @@ class WriteAheadLog:
         """One more unpublished trace has spans in ``segment``."""
         self._refs[segment] = self._refs.get(segment, 0) + 1
 
-    def release(self, segments: list[int]) -> None:
-        """Those traces are published: drop their references (deleting old segments is :meth:`collect`)."""
+    def release(self, segments: Iterable[int] | Mapping[int, int]) -> None:
+        """Drop references (a mapping: that many per segment); deleting old segments is :meth:`collect`."""
         refs = self._refs
-        for segment in segments:
-            refs[segment] -= 1
+        if isinstance(segments, Mapping):
+            for segment, count in segments.items():
+                refs[segment] -= count
+        else:
+            for segment in segments:
+                refs[segment] -= 1
 
     def collect(self) -> None:
         """Delete the oldest segments, in order, while nothing references them (never the active one)."""

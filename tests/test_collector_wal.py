@@ -251,21 +251,24 @@ def test_a_trace_that_waits_long_does_not_pin_the_log_and_survives_a_crash(tmp_p
     config = write_config(
         tmp_path,
         policies=POLICIES,
-        decision_wait="8s",
+        decision_wait="10m",
         tailcut={"late_span_window": "0s", "wal": {"max_size_mib": 1, "segment_size_mib": 0.03}},
     )
     config.write_text(config.read_text().replace("roll_age: 60s", "roll_age: 200ms"))
     rng = random.Random(21)
     ledger = Ledger()
     collector = CollectorProcess(config)
-    waiting = _traces(rng, 1)[0][:-1]  # its root never comes: decided `idle` after decision_wait
+    waiting = _traces(rng, 1)[0][:-1]  # its root never comes: it waits for decision_wait
     assert post(collector.http, export_request(waiting))[0] == 200
     ledger.note(waiting, "acked")
     sent = 0
     while sent < 3 * 1024 * 1024:  # three times the log's bound, in complete traces decided at once
         spans = _traces(rng, 1)[0]
         body = export_request(spans)
-        assert post(collector.http, body)[0] == 200  # never 429: the log is compacted, not full
+        deadline = time.monotonic() + 15  # a busy writer may fill the log for a moment, not for good
+        while (status := post(collector.http, body)[0]) == 429 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == 200, "the log stayed full: the waiting trace pins it"
         ledger.note(spans, "acked")
         sent += len(body)
     assert _wal_bytes(tmp_path / "data") < 1024 * 1024
