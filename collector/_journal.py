@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tailcut.collector._decide import TraceDecision
 from tailcut.collector._encode import request_of
+from tailcut.collector._errors import CollectorError
 from tailcut.collector._rows import TraceRow
 
 SPANS: Final = 1
@@ -133,21 +135,26 @@ class Published(NamedTuple):
 
 
 def published(data_dir: Path, names: Iterable[str]) -> Published:
-    """Read back the trace ids (and span positions) of the published files among ``names``."""
+    """Read back the trace ids (and span positions) of the published files among ``names``.
+
+    Raises
+    ------
+    CollectorError
+        When such a file cannot be read (then it is unknown what must not be written again).
+    """
     found = Published(set(), set())
     for name in names:
         path = data_dir / name
         if not path.exists():
             continue
-        if name.startswith("traces/"):
-            found.rows.update(pq.read_table(path, columns=["trace_id"]).column("trace_id").to_pylist())
-        else:
+        try:
+            if name.startswith("traces/"):
+                found.rows.update(pq.read_table(path, columns=["trace_id"]).column("trace_id").to_pylist())
+                continue
             table = pq.read_table(path, columns=["trace_id", "span_index"])
-            found.spans.update(
-                zip(
-                    table.column("trace_id").to_pylist(),
-                    table.column("span_index").to_pylist(),
-                    strict=True,
-                )
-            )
+        except (OSError, pa.ArrowException) as exc:
+            raise CollectorError(f"cannot read {path}, named in the write-ahead log: {exc}") from None
+        found.spans.update(
+            zip(table.column("trace_id").to_pylist(), table.column("span_index").to_pylist(), strict=True)
+        )
     return found

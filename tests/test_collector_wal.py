@@ -28,8 +28,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tailcut.collector import load_config
+from tailcut.collector._wal import WriteAheadLog
 from tailcut.errors import ConfigError
 from tests.test_collector_helpers import (
     export_request,
@@ -342,3 +345,32 @@ def test_wal_settings_and_their_defaults(tmp_path):
         )
     ).tailcut.wal
     assert (set_.directory, set_.fsync, set_.fsync_interval) == (Path("elsewhere"), "always", 0.25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    records=st.lists(st.tuples(st.integers(1, 5), st.binary(max_size=300)), min_size=1, max_size=20),
+    cut=st.integers(min_value=0),
+    flip=st.one_of(st.none(), st.integers(min_value=0)),
+)
+def test_a_torn_or_damaged_log_reads_back_an_intact_prefix(tmp_path_factory, records, cut, flip):
+    """What a crash (a torn tail) or a bad sector leaves: the records before the damage, nothing else."""
+    directory = tmp_path_factory.mktemp("wal")
+    wal = WriteAheadLog(directory, fsync="never")
+    wal.open()
+    for record in records:
+        wal.append([record])
+    wal.close()
+    (segment,) = directory.glob("*.wal")
+    data = bytearray(segment.read_bytes())
+    del data[cut % (len(data) + 1) :]
+    if flip is not None and data:
+        data[flip % len(data)] ^= 0x40
+    segment.write_bytes(bytes(data))
+    reader = WriteAheadLog(directory)
+    reader.open()
+    try:
+        found = [(kind, payload) for _, kind, payload in reader.records()]
+    finally:
+        reader.close()
+    assert found == records[: len(found)]
