@@ -51,7 +51,7 @@ def ingest_seconds(bodies: list[bytes], fsync: str | None, fsyncs: list[float]) 
         processor = Processor(config, metrics, sink)
         processor.start()
         if processor.wal is not None:
-            processor.wal._observe_fsync = fsyncs.append  # the latencies, unbucketed
+            processor.wal.observe_fsync = fsyncs.append  # the latencies, unbucketed
         cpu, wall = time.thread_time(), time.perf_counter()
         for body in bodies:
             processor.ingest(body, "http")

@@ -16,6 +16,10 @@ is in the operating system's page cache when :meth:`WriteAheadLog.append` return
 * ``never``: the kernel writes the pages back when it likes (Linux: within about 30 s by default); a
   power cut can lose that much.
 
+Under every mode the log is also fsync'd when a segment is closed and before a Parquet file is
+published (:meth:`WriteAheadLog.append` with ``sync``), so a published file's rows are never written
+twice after a power cut.
+
 Truncation: every segment has a reference count (traces whose spans it holds and that are not yet
 published hold it); the oldest segments are deleted, in order, while their count is zero, so a record
 about a trace (its decision, a published file) always outlives the spans it is about. The active
@@ -88,7 +92,8 @@ class WriteAheadLog:
         self.max_bytes = max_bytes
         #: At most an eighth of ``max_bytes``, so that truncation can free room before the log is full.
         self.segment_bytes = min(segment_bytes, max(max_bytes // 8, 4096))
-        self._observe_fsync = observe_fsync
+        #: Called with each fsync's duration in seconds (from any thread).
+        self.observe_fsync = observe_fsync
         #: segment number -> size in bytes, oldest first
         self.sizes: dict[int, int] = {}
         #: Bytes in all segments.
@@ -287,7 +292,7 @@ class WriteAheadLog:
         started = time.perf_counter()
         os.fdatasync(self._fd)
         self._dirty = False
-        self._observe_fsync(time.perf_counter() - started)
+        self.observe_fsync(time.perf_counter() - started)
 
     def _fsync_loop(self) -> None:
         while not self._stop.wait(self.fsync_interval):
