@@ -35,6 +35,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from tailcut.exporters import DataDirWriter, normalize_otlp
+from tailcut.exporters._varint import encode_varint
 
 WORDS = [
     "refund",
@@ -75,18 +76,8 @@ BATCH_MESSAGES = 2
 Batch = bytes | list[ResourceSpans]
 
 
-def _varint(value: int) -> bytes:
-    value &= 2**64 - 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def _attribute(key: str, value: str | int | float) -> bytes:
@@ -94,7 +85,7 @@ def _attribute(key: str, value: str | int | float) -> bytes:
     if isinstance(value, str):
         any_value = _field(1, value.encode())
     elif isinstance(value, int):
-        any_value = b"\x18" + _varint(value)
+        any_value = b"\x18" + encode_varint(value & (2**64 - 1))
     else:
         any_value = b"\x21" + struct.pack("<d", value)
     return _field(9, _field(1, key.encode()) + _field(2, any_value))
@@ -119,7 +110,13 @@ def _span(
         + _field(5, name.encode())
     )
     return (
-        head + b"\x30" + _varint(kind) + b"\x39" + struct.pack("<Q", start) + b"\x41" + struct.pack("<Q", end)
+        head
+        + b"\x30"
+        + encode_varint(kind)
+        + b"\x39"
+        + struct.pack("<Q", start)
+        + b"\x41"
+        + struct.pack("<Q", end)
     )
 
 

@@ -20,12 +20,22 @@ from tailcut.collector._facts import BufferedSpan
 from tailcut.collector._signals import SignalTally
 
 
+class Hold:
+    """The write-ahead log segments holding a trace's (or a late batch's) spans, until they are published."""
+
+    __slots__ = ("segments",)
+
+    def __init__(self) -> None:
+        self.segments: list[int] = []
+
+
 class PendingTrace:
     """One trace in the buffer: its spans in arrival order and what was noted about it on the way."""
 
     __slots__ = (
         "agent_name",
         "first_seen",
+        "hold",
         "nbytes",
         "root",
         "root_at",
@@ -47,6 +57,7 @@ class PendingTrace:
         #: What the ``traces`` row takes from the root span, and the first agent span's name.
         self.root: Any = None
         self.agent_name: str | None = None
+        self.hold = Hold()
 
 
 class TraceBuffer:

@@ -99,10 +99,12 @@ class Collector:
         ready.wait()
         try:
             self.sink.start()
+            self.processor.start()
             self.ports = self._call(self._start_async())
         except BaseException:
             self._shutdown_loop()
             self.sink.abort()
+            self.processor.close()
             raise
         return self.ports
 
@@ -159,7 +161,10 @@ class Collector:
             self._call(self._stop_async(), timeout)
         finally:
             self._shutdown_loop()
-        self.sink.close(timeout)
+        try:
+            self.sink.close(timeout)
+        finally:
+            self.processor.close()
 
     async def _stop_async(self) -> None:
         self._stopping = True

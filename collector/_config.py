@@ -25,6 +25,7 @@ from tailcut.collector._combinators import build_members
 from tailcut.collector._confignode import Node, parse_endpoint
 from tailcut.collector._policies import Policy
 from tailcut.collector._security import BearerTokenAuth, EndpointSecurity, TlsConfig
+from tailcut.collector._wal import FSYNC_MODES
 from tailcut.errors import ConfigError
 
 DEFAULT_CONFIG_NAME: Final = "otel-config.yaml"
@@ -83,14 +84,30 @@ class TailSamplingConfig:
 
 
 @dataclass(frozen=True)
+class WalConfig:
+    """``processors.tailcut.wal``: the write-ahead log (see :mod:`tailcut.collector._wal`).
+
+    ``directory`` None means ``wal`` inside the data dir (no log without a data dir, unless set).
+    """
+
+    enabled: bool = True
+    directory: Path | None = None
+    fsync: str = "interval"
+    fsync_interval: float = 1.0
+    max_bytes: int = 2048 * MIB
+    segment_bytes: int = 16 * MIB
+
+
+@dataclass(frozen=True)
 class TailcutProcessorConfig:
-    """``processors.tailcut``: tailcut's own limits and the anomaly-score window."""
+    """``processors.tailcut``: tailcut's own limits, the anomaly-score window and the write-ahead log."""
 
     max_spans_per_trace: int = 10_000
     max_buffer_bytes: int = 512 * MIB
     late_span_window: float = 5.0
     anomaly_window: int = 200
     anomaly_min_window: int = 30
+    wal: WalConfig = field(default_factory=WalConfig)
 
 
 @dataclass(frozen=True)
@@ -474,7 +491,14 @@ def _tail_sampling(node: Node) -> TailSamplingConfig:
 
 def _tailcut_processor(node: Node) -> TailcutProcessorConfig:
     keys = node.mapping(
-        ("max_spans_per_trace", "max_buffer_mib", "late_span_window", "anomaly_window", "anomaly_min_window")
+        (
+            "max_spans_per_trace",
+            "max_buffer_mib",
+            "late_span_window",
+            "anomaly_window",
+            "anomaly_min_window",
+            "wal",
+        )
     )
     defaults = TailcutProcessorConfig()
     window = keys["anomaly_window"].as_int(minimum=1) if "anomaly_window" in keys else defaults.anomaly_window
@@ -497,6 +521,26 @@ def _tailcut_processor(node: Node) -> TailcutProcessorConfig:
         else defaults.late_span_window,
         anomaly_window=window,
         anomaly_min_window=min_window,
+        wal=_wal(keys["wal"]) if "wal" in keys else defaults.wal,
+    )
+
+
+def _wal(node: Node) -> WalConfig:
+    keys = node.mapping(("enabled", "dir", "fsync", "fsync_interval", "max_size_mib", "segment_size_mib"))
+    defaults = WalConfig()
+    return WalConfig(
+        enabled=keys["enabled"].as_bool() if "enabled" in keys else defaults.enabled,
+        directory=Path(keys["dir"].as_str()) if "dir" in keys else None,
+        fsync=keys["fsync"].as_choice(FSYNC_MODES) if "fsync" in keys else defaults.fsync,
+        fsync_interval=keys["fsync_interval"].as_duration(positive=True)
+        if "fsync_interval" in keys
+        else defaults.fsync_interval,
+        max_bytes=int(keys["max_size_mib"].as_number(minimum=1) * MIB)
+        if "max_size_mib" in keys
+        else defaults.max_bytes,
+        segment_bytes=int(keys["segment_size_mib"].as_number(minimum=0.001) * MIB)
+        if "segment_size_mib" in keys
+        else defaults.segment_bytes,
     )
 
 

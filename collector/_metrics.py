@@ -26,6 +26,17 @@ tailcut's own:
 * ``tailcut_buffer_bytes``, ``tailcut_write_backlog_bytes`` (gauges)
 * ``tailcut_rows_written_total`` {table}, ``tailcut_write_seconds`` {table} (histogram)
 * ``tailcut_forwarded_spans_total`` {exporter, outcome}
+* ``tailcut_unwritable_spans_total``: kept spans the normaliser refused at write time (logged)
+
+Durability (the write-ahead log and publishing):
+
+* ``tailcut_wal_bytes``, ``tailcut_wal_segments`` (gauges): the log's size on disk
+* ``tailcut_wal_replays_total``: times the log was replayed (at start with records in it, and after
+  each recovery from an I/O error); ``tailcut_wal_replayed_spans_total``: spans buffered again by them
+* ``tailcut_wal_fsync_seconds`` (histogram): each fsync of the log
+* ``tailcut_io_faults_total``: I/O errors that made the collector answer 503 until it recovered
+* ``tailcut_oldest_unpublished_row_age_seconds`` (gauge): how long the oldest row handed to the
+  writer has waited to become readable (published)
 
 Counters updated on the hot path are plain integers in dictionaries (a labelled ``prometheus_client``
 counter costs about a microsecond per increment, as much as decoding a span); a custom collector turns
@@ -123,6 +134,21 @@ class CollectorMetrics:
             ["exporter", "outcome"],
             registry=self.registry,
         )
+        self.unwritable_spans = Counter(
+            "tailcut_unwritable_spans",
+            "Kept spans the normaliser refused when writing (their trace's batch is skipped)",
+            registry=self.registry,
+        )
+        # --- durability ---
+        self.wal_replays = 0
+        self.wal_replayed_spans = 0
+        self.io_faults = 0
+        self.wal_fsync_seconds = Histogram(
+            "tailcut_wal_fsync_seconds",
+            "Seconds per fsync of the write-ahead log",
+            buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, float("inf")),
+            registry=self.registry,
+        )
         self.registry.register(_LoopMetrics(self))
 
     def exposition(self) -> bytes:
@@ -196,6 +222,19 @@ class _LoopMetrics:
             "Traces decided early because a memory bound was reached",
             value=m.evicted,
         )
+        yield CounterMetricFamily(
+            "tailcut_wal_replays", "Replays of the write-ahead log (start, recoveries)", value=m.wal_replays
+        )
+        yield CounterMetricFamily(
+            "tailcut_wal_replayed_spans",
+            "Spans buffered again by replays of the write-ahead log",
+            value=m.wal_replayed_spans,
+        )
+        yield CounterMetricFamily(
+            "tailcut_io_faults",
+            "I/O errors the collector recovered from (or is recovering from)",
+            value=m.io_faults,
+        )
         for histogram in (m.late_span_age, m.trace_removal_age, m.decision_timer_latency):
             yield histogram.family()
         for name, read in sorted(m.gauges.items()):
@@ -206,4 +245,9 @@ _GAUGE_HELP = {
     TS + "sampling_traces_on_memory": "Tracks the number of traces current on memory",
     "tailcut_buffer_bytes": "Encoded bytes of the spans waiting for a decision",
     "tailcut_write_backlog_bytes": "Encoded bytes of kept spans waiting to be written",
+    "tailcut_wal_bytes": "Bytes in the write-ahead log's segments",
+    "tailcut_wal_segments": "Segment files of the write-ahead log",
+    "tailcut_oldest_unpublished_row_age_seconds": (
+        "Seconds the oldest row handed to the writer has waited to be published"
+    ),
 }

@@ -39,6 +39,8 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from tailcut.exporters._varint import encode_varint, read_varint
+
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
 
@@ -151,10 +153,10 @@ def any_value(raw: bytes) -> Any:
         return None
     tag = raw[0]
     if tag == _STRING_TAG:
-        length, start = _varint(raw, 1)
+        length, start = read_varint(raw, 1)
         return raw[start : start + length].decode("utf-8", "replace")
     if tag == _INT_TAG:
-        value, _ = _varint(raw, 1)
+        value, _ = read_varint(raw, 1)
         return value - (1 << 64) if value >= 1 << 63 else value
     if tag == _DOUBLE_TAG and len(raw) >= 9:
         return _DOUBLE.unpack_from(raw, 1)[0]
@@ -175,41 +177,17 @@ def any_int(raw: bytes | None) -> int:
             return (raw[1] & 0x7F) | raw[2] << 7
         if size == 4:
             return (raw[1] & 0x7F) | (raw[2] & 0x7F) << 7 | raw[3] << 14
-        value, _ = _varint(raw, 1)
+        value, _ = read_varint(raw, 1)
         return value - (1 << 64) if value >= 1 << 63 else value
     if raw[0] == _DOUBLE_TAG and len(raw) >= 9:
         return int(_DOUBLE.unpack_from(raw, 1)[0])
     return 0
 
 
-def _varint(raw: bytes, position: int) -> tuple[int, int]:
-    result = shift = 0
-    while position < len(raw):
-        byte = raw[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
-    return result, position
-
-
 def encode_string_value(text: str) -> bytes:
     """The encoded ``AnyValue`` of a string (to compare raw attribute values without decoding them)."""
     data = text.encode()
-    return bytes((_STRING_TAG,)) + _encode_varint(len(data)) + data
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    return bytes((_STRING_TAG,)) + encode_varint(len(data)) + data
 
 
 # --- request bodies -----------------------------------------------------------------------------------------

@@ -11,39 +11,83 @@ Memory bounds: ``num_traces`` pending traces and ``max_buffer_bytes`` of buffere
 either, the oldest traces are decided early (``evicted``), or with ``block_on_overflow`` new requests
 are refused with 429 / ``RESOURCE_EXHAUSTED`` until there is room. Kept spans waiting for the writer
 are bounded by the same byte budget; past it requests are refused whatever ``block_on_overflow`` says,
-since deciding early would not free anything. Nothing accepted is dropped unless writing itself fails.
+since deciding early would not free anything.
+
+Accept whole or refuse whole: a request is decoded completely with the protobuf runtime (events, links,
+attributes, everything the writer later reads) before anything is buffered; a malformed one is refused
+with 400 and changes nothing.
+
+Durability: once :meth:`Processor.start` opened the write-ahead log (:mod:`._wal`, records in
+:mod:`._journal`), a request's spans are in the log before :meth:`Processor.ingest` returns, and every
+decision before its rows reach the writer (what the writer is handed is held back until the records
+are written). :meth:`Processor.recover` rebuilds the state from the log. An I/O error (the log or the
+data dir) makes ingest answer 503 with a retry delay until the writer can open the data dir again;
+then the state is rebuilt from the log, as after a crash, and the collector carries on by itself.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import logging
 import time
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any, Final, NamedTuple
 
 from google.protobuf.message import DecodeError
 from google.rpc import code_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from tailcut import attributes as attr
 from tailcut.collector._anomaly import AnomalyScorer
-from tailcut.collector._buffer import PendingTrace, TraceBuffer
+from tailcut.collector._buffer import Hold, PendingTrace, TraceBuffer
 from tailcut.collector._cache import DecisionCache
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
-from tailcut.collector._facts import agent_name, buffered_span, root_facts
+from tailcut.collector._errors import CollectorError
+from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts
+from tailcut.collector._journal import (
+    CLOSED,
+    COMPACT,
+    DECIDED,
+    PUBLISHED,
+    SPANS,
+    LateEntry,
+    Published,
+    closed_record,
+    compact_record,
+    decided_record,
+    decision_of,
+    published,
+    read_compact,
+    read_decided,
+    read_spans,
+    spans_record,
+)
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, bad_request, overloaded, parse_framed
 from tailcut.collector._receivers import IngestResult
 from tailcut.collector._rows import TraceRow
-from tailcut.collector._signals import SIGNAL_READERS, compute_signals
+from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
+from tailcut.collector._wal import WalFailure, WriteAheadLog
 
-_new = tuple.__new__
+_logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _SIGNAL_PREFIX = "tailcut.trace."
+#: Seconds a client is asked to wait (503 ``Retry-After`` / ``RetryInfo``) while an I/O error lasts.
+UNAVAILABLE_RETRY_AFTER: Final = 5.0
+#: Seconds between attempts to resume after an I/O error, at first and at most.
+RESET_BACKOFF: Final = 0.5
+RESET_MAX_BACKOFF: Final = 10.0
+#: Holds released together (see ``Processor._releases``).
+RELEASE_BATCH: Final = 1024
+#: Waiting traces looked at per decision round for compaction (:meth:`Processor._compact`).
+COMPACT_SCAN: Final = 10_000
 _BAD_IDS = (
     "spans need a 16-byte non-zero trace_id, an 8-byte non-zero span_id and an empty or 8-byte parent_span_id"
 )
@@ -62,10 +106,13 @@ class Origin(NamedTuple):
 class OpenRow:
     """A decided trace whose ``traces`` row still counts late spans."""
 
-    __slots__ = ("closes_at", "decided_at", "decision", "late_spans", "next_index", "row")
+    __slots__ = ("closes_at", "decided_at", "decision", "hold", "late_spans", "next_index", "row")
 
-    def __init__(self, row: TraceRow, decision: TraceDecision, decided_at: float, closes_at: float) -> None:
+    def __init__(
+        self, row: TraceRow, decision: TraceDecision, decided_at: float, closes_at: float, hold: Hold
+    ) -> None:
         self.row = row
+        self.hold = hold
         self.decision = decision
         self.decided_at = decided_at
         self.closes_at = closes_at
@@ -75,7 +122,7 @@ class OpenRow:
 
 
 class Processor:
-    """Buffer, decide and route traces.
+    """Buffer, decide and route traces; log them ahead when started with a write-ahead log.
 
     Parameters
     ----------
@@ -90,34 +137,23 @@ class Processor:
     def __init__(self, config: CollectorConfig, metrics: CollectorMetrics, sink: Sink) -> None:
         ts = config.tail_sampling
         limits = config.tailcut
+        self.config = config
         self.metrics = metrics
         self.sink = sink
-        self.policies = PolicySet(ts.build_policies())
-        self.buffer = TraceBuffer(ts.decision_wait, ts.decision_wait_after_root_received)
         self.num_traces = ts.num_traces
         self.block_on_overflow = ts.block_on_overflow
         self.max_bytes = limits.max_buffer_bytes
         self.max_spans = limits.max_spans_per_trace
         self.late_window = limits.late_span_window
-        #: trace id -> (decision, decided at, next span_index) of kept traces no longer in memory
-        self.sampled_cache: DecisionCache[tuple[TraceDecision, float, int]] = DecisionCache(
-            ts.sampled_cache_size
-        )
-        #: trace id -> decided at, of dropped traces no longer in memory
-        self.dropped_cache: DecisionCache[float] = DecisionCache(ts.non_sampled_cache_size)
-        self.open_rows: collections.OrderedDict[bytes, OpenRow] = collections.OrderedDict()
-        self.anomaly = AnomalyScorer(limits.anomaly_window, limits.anomaly_min_window)
+        self._init_state()
         keys = self.policies.attribute_keys()
         self.span_keys = tuple(sorted(key for key in keys if not key.startswith(_SIGNAL_PREFIX)))
         #: (key, read) for each trace signal some policy reads, so only those are computed per trace.
         self._signal_keys = [(key, SIGNAL_READERS[key]) for key in sorted(keys) if key in SIGNAL_READERS]
-        #: Whether some resource carried a policy key (then resource values join each trace's values).
-        self._resource_keys = False
         self._vote_keys = [
             {decision: (policy.name, decision.value) for decision in Decision.ALL}
             for policy in self.policies.policies
         ]
-        self._origins: dict[tuple[bytes, bytes], Origin] = {}
         self.last_span_at = 0.0
         #: Set by :meth:`shutdown`: later requests are refused (503) rather than accepted and never decided.
         self.closed = False
@@ -127,27 +163,324 @@ class Processor:
         ]
         #: Seconds between decision rounds: fine enough for the shortest wait, never busy.
         self.tick_interval = min(0.05, max(0.005, min(waits, default=1.0) / 10))
+        #: The write-ahead log, once :meth:`start` opened it.
+        self.wal: WriteAheadLog | None = None
+        self._replaying = False
+        self._fault: BaseException | None = None
+        self._in_fault = False
+        self._reset_at = 0.0
+        self._reset_delay = RESET_BACKOFF
         metrics.gauges[TS + "sampling_traces_on_memory"] = lambda: len(self.buffer)
         metrics.gauges["tailcut_buffer_bytes"] = lambda: self.buffer.nbytes
         metrics.gauges["tailcut_write_backlog_bytes"] = lambda: self.sink.backlog_bytes
+        metrics.gauges["tailcut_oldest_unpublished_row_age_seconds"] = self.sink.oldest_unpublished_age
+
+    def _init_state(self) -> None:
+        """Empty buffers, caches and open rows (at construction, and before a replay after an I/O error)."""
+        ts = self.config.tail_sampling
+        limits = self.config.tailcut
+        self.policies = PolicySet(ts.build_policies())
+        self.buffer = TraceBuffer(ts.decision_wait, ts.decision_wait_after_root_received)
+        #: trace id -> (decision, decided at, next span_index) of kept traces no longer in memory
+        self.sampled_cache: DecisionCache[tuple[TraceDecision, float, int]] = DecisionCache(
+            ts.sampled_cache_size
+        )
+        #: trace id -> decided at, of dropped traces no longer in memory
+        self.dropped_cache: DecisionCache[float] = DecisionCache(ts.non_sampled_cache_size)
+        self.open_rows: collections.OrderedDict[bytes, OpenRow] = collections.OrderedDict()
+        self.anomaly = AnomalyScorer(limits.anomaly_window, limits.anomaly_min_window)
+        #: Whether some resource carried a policy key (then resource values join each trace's values).
+        self._resource_keys = False
+        self._origins: dict[tuple[bytes, bytes], Origin] = {}
+        #: Records and writer submissions of the request or round in progress (see :meth:`_commit`).
+        self._records: list[tuple[int, bytes]] = []
+        self._late_entries: list[LateEntry] = []
+        self._outbox: list[tuple[KeptSpans | TraceRow, Hold | None]] = []
+        #: Holds whose spans the request in progress added (they take its log segment).
+        self._touched: dict[Any, Hold] = {}
+        #: [highest writer sequence number, segment -> references, holds] of batches of holds, each
+        #: released once the writer published that far (batched: one entry per trace would cost memory).
+        self._releases: collections.deque[list[Any]] = collections.deque()
+        #: What a replay found already published (only while replaying).
+        self._published: Published | None = None
+
+    # --- the write-ahead log ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the write-ahead log (unless disabled) and replay what it holds (:meth:`recover`)."""
+        settings = self.config.tailcut.wal
+        parquet = self.config.parquet
+        directory = settings.directory or (parquet.path / "wal" if parquet is not None else None)
+        if not settings.enabled or directory is None:
+            return
+        histogram = self.metrics.wal_fsync_seconds
+        wal = WriteAheadLog(
+            directory,
+            fsync=settings.fsync,
+            fsync_interval=settings.fsync_interval,
+            max_bytes=settings.max_bytes,
+            segment_bytes=settings.segment_bytes,
+            observe_fsync=histogram.observe,
+        )
+        try:
+            wal.open()
+        except OSError as exc:
+            raise CollectorError(
+                f"cannot use the write-ahead log in {directory}: {exc.strerror or exc}"
+            ) from None
+        self.wal = self.sink.wal = wal
+        self.metrics.gauges["tailcut_wal_bytes"] = lambda: wal.nbytes
+        self.metrics.gauges["tailcut_wal_segments"] = lambda: len(wal.sizes)
+        self.recover()
+
+    def close(self) -> None:
+        """Close the log after the writer stopped; empty it when everything was published."""
+        if self.wal is not None:
+            clean = self.closed and self.sink.closed_cleanly and not self.buffer and not self.open_rows
+            self.wal.close(remove=clean)
+            self.wal = self.sink.wal = None
+
+    def recover(self) -> None:
+        """Rebuild the state the log describes: undecided traces buffered again, their clocks resumed.
+
+        Decisions are re-applied as recorded (not re-evaluated), late spans follow them, and what a file
+        named in a ``PUBLISHED`` record already holds is not handed to the writer again.
+        """
+        wal = self.wal
+        assert wal is not None
+        names = [payload.decode() for _, kind, payload in wal.records() if kind == PUBLISHED]
+        parquet = self.config.parquet
+        self._published = published(parquet.path, names) if parquet is not None else Published(set(), set())
+        wall, mono = time.time(), time.monotonic()
+
+        def clock(at: float) -> float:
+            """A logged wall-clock time on this process's monotonic clock (the downtime has passed)."""
+            return mono - max(wall - at, 0.0)
+
+        records = spans = 0
+        self._replaying = True
+        try:
+            for segment, kind, payload in wal.records():
+                records += 1
+                if kind == SPANS:
+                    arrived, late, body = read_spans(payload)
+                    for entry in late:
+                        self._restore_decision(entry, clock(entry.decided_at))
+                    spans += self._ingest(body, "replay", clock(arrived)).accepted
+                    self._take_segment(segment)
+                elif kind == DECIDED:
+                    trace_id, span_count, row = read_decided(payload)
+                    trace = self.buffer.get(trace_id)
+                    if trace is not None:
+                        self.buffer.remove(trace)
+                        self._redecide(trace, span_count, row, clock(row.decided_at / 1e9))
+                elif kind == COMPACT:
+                    trace_id, first_seen, body = read_compact(payload)
+                    trace = self.buffer.get(trace_id)
+                    if trace is not None:  # replaced by the record's copy of its spans
+                        self.buffer.remove(trace)
+                        wal.release(trace.hold.segments)
+                    self._ingest(body, "replay", clock(first_seen))
+                    self._take_segment(segment)
+                elif kind == CLOSED:
+                    open_row = self.open_rows.pop(payload, None)
+                    if open_row is not None:
+                        self._finish_row(payload, open_row)
+                self._touched.clear()  # late spans of a replayed decision: their holds have their segments
+                self._commit()
+        finally:
+            self._replaying = False
+            self._published = None
+        if records:
+            self.metrics.wal_replays += 1
+            self.metrics.wal_replayed_spans += spans
+            _logger.warning(
+                "tailcut collector: replayed the write-ahead log: %d spans, %d traces waiting",
+                spans,
+                len(self.buffer),
+            )
+
+    def _restore_decision(self, entry: LateEntry, decided_at: float) -> None:
+        """A logged request's late spans followed a decision the log no longer holds: remember it."""
+        trace_id = entry.trace_id
+        if trace_id in self.buffer.pending or trace_id in self.open_rows or self._cached(trace_id):
+            return
+        if entry.decision is not None:
+            self.sampled_cache.put(trace_id, (entry.decision, decided_at, entry.index_base))
+        else:
+            self.dropped_cache.put(trace_id, decided_at)
+
+    def _record(self, record: tuple[int, bytes]) -> None:
+        if self.wal is not None and not self._replaying:
+            self._records.append(record)
+
+    def _emit(self, item: KeptSpans | TraceRow, hold: Hold | None) -> None:
+        """Hand ``item`` to the writer once the records before it are logged (:meth:`_commit`)."""
+        done = self._published
+        if done is not None and (
+            done.has_batch(item.trace_id, item.index_base)
+            if isinstance(item, KeptSpans)
+            else item.trace_id in done.rows
+        ):
+            if hold is not None and self.wal is not None:
+                self.wal.release(hold.segments)
+                hold.segments = []
+            return
+        self._outbox.append((item, hold))
+
+    def _commit(self, request: tuple[int, bytes] | None = None) -> None:
+        """Log the records of the request or round just processed, then hand its items to the writer.
+
+        Raises
+        ------
+        WalFailure
+            When the log cannot be written (the collector is then faulted; nothing is handed over).
+        """
+        wal = self.wal
+        if wal is not None and not self._replaying:
+            records = self._records if request is None else [request, *self._records]
+            self._records = []
+            if records:
+                try:
+                    segment = wal.append(records)
+                except WalFailure as exc:
+                    self._outbox.clear()
+                    self._touched.clear()
+                    self._enter_fault(exc)
+                    raise
+                self._take_segment(segment)
+        sink = self.sink
+        releases = self._releases
+        for item, hold in self._outbox:
+            seq = sink.submit_kept(item) if isinstance(item, KeptSpans) else sink.submit_row(item)
+            if hold is not None and hold.segments:
+                if not releases or releases[-1][2] >= RELEASE_BATCH:
+                    releases.append([seq, collections.Counter(), 0])
+                batch = releases[-1]
+                batch[0] = seq
+                batch[1].update(hold.segments)
+                batch[2] += 1
+        self._outbox.clear()
+
+    def _take_segment(self, segment: int) -> None:
+        wal = self.wal
+        if wal is not None:
+            for hold in self._touched.values():
+                segments = hold.segments
+                if not segments or segments[-1] != segment:
+                    segments.append(segment)
+                    wal.hold(segment)
+        self._touched.clear()
+
+    def _release_published(self) -> None:
+        """Let go of log segments whose traces the writer has published."""
+        wal = self.wal
+        releases = self._releases
+        published_seq = self.sink.published_seq
+        while releases and releases[0][0] <= published_seq:
+            references = releases.popleft()[1]
+            if wal is not None:
+                wal.release(references)
+        if wal is not None:
+            wal.collect()
+            if wal.nbytes > wal.max_bytes // 2:
+                self.sink.request_flush()
+                self._compact()
+
+    def _compact(self) -> None:
+        """Copy the waiting traces that hold the log's oldest segment into a new one, and let it go.
+
+        Only worth it when they are a small part of it (then most of what the segment pins is dead);
+        the oldest traces come first in the buffer, and at most :data:`COMPACT_SCAN` are looked at.
+        """
+        wal = self.wal
+        assert wal is not None
+        oldest = wal.oldest_segment()
+        victims = [
+            trace
+            for trace in itertools.islice(self.buffer.pending.values(), COMPACT_SCAN)
+            if trace.hold.segments and trace.hold.segments[0] == oldest
+        ]
+        if not victims or sum(trace.nbytes for trace in victims) > wal.sizes.get(oldest, 0) // 2:
+            return
+        offset = time.time() - time.monotonic()
+        segment = wal.append(
+            [compact_record(trace.trace_id, trace.first_seen + offset, trace.spans) for trace in victims]
+        )
+        for trace in victims:
+            wal.release(trace.hold.segments)
+            trace.hold.segments = [segment]
+            wal.hold(segment)
+
+    # --- I/O faults -----------------------------------------------------------------------------------------
+    def _enter_fault(self, error: BaseException) -> None:
+        if self._fault is None:
+            self._fault = error
+            self.sink.fail(error)
+
+    def _faulted(self) -> bool:
+        return self._fault is not None or self.sink.fault is not None
+
+    def _try_reset(self, now: float) -> None:
+        """Once the writer can open the data dir again, rebuild everything from the log and resume."""
+        if not self._in_fault:
+            self._in_fault = True
+            self.metrics.io_faults += 1
+        if not self.sink.ready or now < self._reset_at:
+            return
+        try:
+            if self.wal is not None:
+                self.wal.open()
+        except OSError as exc:
+            self._reset_delay = min(self._reset_delay * 2, RESET_MAX_BACKOFF)
+            self._reset_at = now + self._reset_delay
+            _logger.warning("tailcut collector: the write-ahead log is still unusable: %s", exc)
+            return
+        self._fault = None
+        self._in_fault = False
+        self._reset_delay = RESET_BACKOFF
+        self.sink.reset()
+        if self.wal is None:
+            _logger.error("tailcut collector: writing resumed; rows being written at the error were lost")
+            return
+        self._init_state()
+        self.recover()
 
     # --- ingest ---------------------------------------------------------------------------------------
     def ingest(self, body: bytes | bytearray, transport: str) -> IngestResult:
-        """Add one encoded ``ExportTraceServiceRequest``; refuse it whole when there is no room.
+        """Add one encoded ``ExportTraceServiceRequest``, logged ahead; refuse it whole when that fails.
 
         Raises
         ------
         OtlpError
-            400 for a malformed body, 429 when full, 503 when writing has failed.
+            400 for a malformed body, 429 when full, 503 while an I/O error lasts (retry delay given).
         """
         self._check_room()
-        request = parse_framed(body)
+        try:
+            ExportTraceServiceRequest.FromString(body)  # everything decodes, or nothing is buffered
+        except DecodeError as exc:
+            raise bad_request(f"malformed protobuf body: {exc}") from None
         now = time.monotonic()
+        result = self._ingest(body, transport, now)
+        try:
+            self._commit(
+                spans_record(time.time(), self._late_entries, body) if self.wal is not None else None
+            )
+        except WalFailure as exc:
+            raise _unavailable(exc) from None
+        finally:
+            self._late_entries = []
+        return result
+
+    def _ingest(self, body: bytes | bytearray, transport: str, now: float) -> IngestResult:
+        """Buffer the spans of a validated request (also a replayed one: then no early decisions)."""
+        request = parse_framed(body)
+        replaying = self._replaying
         buffer = self.buffer
         pending_get = buffer.pending.get
         open_rows = self.open_rows
         span_keys = self.span_keys
         max_spans = self.max_spans
+        touched = self._touched
         from_string = SpanFacts.FromString
         accepted = rejected = new_traces = 0
         late: dict[bytes, list[tuple[bytes, Origin]]] = {}
@@ -156,10 +489,7 @@ class Processor:
             for scope_spans in resource_spans.scope_spans:
                 origin = self._origin(resource, scope_spans.scope)
                 for data in scope_spans.spans:
-                    try:
-                        span = from_string(data)
-                    except DecodeError as exc:
-                        raise bad_request(f"malformed span in protobuf body: {exc}") from None
+                    span = from_string(data)
                     trace_id = span.trace_id
                     span_id = span.span_id
                     parent = span.parent_span_id
@@ -180,6 +510,7 @@ class Processor:
                             continue
                         trace = buffer.create(trace_id, now)
                         new_traces += 1
+                    touched[trace_id] = trace.hold
                     attributes = span.attributes
                     record = buffered_span(span, attributes, span_id, parent, data, origin, trace.tally)
                     if not parent:
@@ -194,21 +525,22 @@ class Processor:
                             if raw is not None:
                                 values.setdefault(key, []).append(any_value(raw))
                     buffer.add(trace, record, not parent, now)
-                    if len(trace.spans) >= max_spans:
+                    if len(trace.spans) >= max_spans and not replaying:
                         buffer.remove(trace)
                         self._decide(trace, "max_spans", now)
-        metrics = self.metrics
-        metrics.new_traces += new_traces
-        metrics.accepted_spans[transport] += accepted
-        if rejected:
-            metrics.refused_spans[transport] += rejected
         if accepted:
             self.last_span_at = now
         for trace_id, spans in late.items():
             self._late(trace_id, spans, now)
-        while len(buffer) > self.num_traces or (buffer.nbytes > self.max_bytes and len(buffer) > 1):
-            metrics.evicted += 1
-            self._decide(buffer.pop_oldest(), "evicted", now)
+        if not replaying:
+            metrics = self.metrics
+            metrics.new_traces += new_traces
+            metrics.accepted_spans[transport] += accepted
+            if rejected:
+                metrics.refused_spans[transport] += rejected
+            while len(buffer) > self.num_traces or (buffer.nbytes > self.max_bytes and len(buffer) > 1):
+                metrics.evicted += 1
+                self._decide(buffer.pop_oldest(), "evicted", now)
         return IngestResult(accepted, rejected, f"{rejected} span(s) refused: {_BAD_IDS}" if rejected else "")
 
     def _check_room(self) -> None:
@@ -216,10 +548,10 @@ class Processor:
             raise OtlpError(
                 503, code_pb2.UNAVAILABLE, "the collector is shutting down; retry elsewhere or later"
             )
-        if self.sink.failure is not None:
-            raise OtlpError(
-                503, code_pb2.UNAVAILABLE, f"the collector cannot write its data: {self.sink.failure}"
-            )
+        if self._faulted():
+            raise _unavailable(self._fault or self.sink.fault)
+        if self.wal is not None and self.wal.full:
+            raise overloaded("the write-ahead log is full (processors.tailcut.wal.max_size_mib); retry later")
         if self.sink.backlog_bytes >= self.max_bytes:
             raise overloaded("kept spans are waiting to be written (writer backlog full); retry later")
         if self.block_on_overflow and (
@@ -232,13 +564,9 @@ class Processor:
         if origin is None:
             if len(self._origins) >= 1024:
                 self._origins.clear()
-            try:
-                decoded = Resource.FromString(resource)
-            except DecodeError as exc:
-                raise bad_request(f"malformed resource in protobuf body: {exc}") from None
             values: dict[str, list[Any]] = {}
             service_name = None
-            for kv in decoded.attributes:
+            for kv in Resource.FromString(resource).attributes:
                 if kv.key == attr.SERVICE_NAME:
                     service_name = kv.value.string_value or None
                 if kv.key in self.span_keys:
@@ -255,48 +583,79 @@ class Processor:
         count = len(spans)
         open_row = self.open_rows.get(trace_id)
         decision: TraceDecision | None
+        hold: Hold | None = None
         if open_row is not None:
             open_row.late_spans += count
             decision, decided_at, via = open_row.decision, open_row.decided_at, "window"
             index_base = open_row.next_index
             open_row.next_index += count
+            self._touched[trace_id] = open_row.hold
         else:
             via = "cache"
             cached = self.sampled_cache.get(trace_id)
             if cached is not None:
                 decision, decided_at, index_base = cached
                 self.sampled_cache.put(trace_id, (decision, decided_at, index_base + count))
+                hold = self._touched[trace_id, index_base] = Hold()
             else:
                 decision, decided_at, index_base = None, self.dropped_cache.get(trace_id) or now, 0
-            self.metrics.cache_releases[decision is not None] += count
+            if not self._replaying:
+                self.metrics.cache_releases[decision is not None] += count
         kept = decision is not None and decision.kept
-        self.metrics.late_spans[kept, via] += count
-        self.metrics.late_span_age.observe(max(now - decided_at, 0.0), count)
+        if self.wal is not None and not self._replaying:
+            wall = time.time() - (time.monotonic() - decided_at)
+            self._late_entries.append(LateEntry(trace_id, wall, index_base, decision if kept else None))
+        if not self._replaying:
+            self.metrics.late_spans[kept, via] += count
+            self.metrics.late_span_age.observe(max(now - decided_at, 0.0), count)
         if kept:
             assert decision is not None
-            self.sink.submit_kept(KeptSpans.late_batch(trace_id, spans, decision, index_base))
+            self._emit(KeptSpans.late_batch(trace_id, spans, decision, index_base), hold)
             self.counts["spans_kept"] += count
         else:
             self.counts["spans_dropped"] += count
 
     # --- decisions ------------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
-        """Decide every trace that is due, and close rows whose late-span window has passed."""
+        """Decide every trace that is due, close rows whose late-span window has passed, truncate the log.
+
+        While an I/O error lasts nothing is decided (the state is rebuilt from the log once it is over).
+        """
+        if self._faulted():
+            self._try_reset(now)
+            return
         started = time.perf_counter()
         decided = 0
         for trace, reason in self.buffer.due(now):
             self._decide(trace, reason, now)
             decided += 1
         self._close_rows(now)
+        try:
+            self._commit()
+        except WalFailure:
+            return
+        try:
+            self._release_published()
+        except WalFailure as exc:
+            self._enter_fault(exc)
+            return
         if decided:
             self.metrics.decision_timer_latency.observe((time.perf_counter() - started) * 1000)
 
     def shutdown(self, now: float) -> None:
         """Decide every pending trace (``shutdown``) and write every open row; refuse data from now on."""
         self.closed = True
+        if self._faulted():
+            return  # the log keeps everything for the next start
         for trace in self.buffer.pop_all():
             self._decide(trace, "shutdown", now)
         self._close_rows(float("inf"))
+        try:
+            self._commit()
+        except WalFailure:
+            _logger.error(
+                "tailcut collector: the write-ahead log failed at shutdown; it is replayed at start"
+            )
 
     def _close_rows(self, now: float) -> None:
         open_rows = self.open_rows
@@ -309,7 +668,10 @@ class Processor:
 
     def _finish_row(self, trace_id: bytes, open_row: OpenRow) -> None:
         row = open_row.row
-        self.sink.submit_row(row._replace(late_spans=open_row.late_spans) if open_row.late_spans else row)
+        self._record(closed_record(trace_id))
+        self._emit(
+            row._replace(late_spans=open_row.late_spans) if open_row.late_spans else row, open_row.hold
+        )
         if open_row.decision.kept:
             self.sampled_cache.put(trace_id, (open_row.decision, open_row.decided_at, open_row.next_index))
         else:
@@ -357,56 +719,76 @@ class Processor:
         metrics.global_decisions["sampled" if decision.kept else "dropped" if dropped else "not_sampled"] += 1
         metrics.decisions[reason, decision.kept] += 1
         metrics.trace_removal_age.observe(now - trace.first_seen)
-        counts = self.counts
-        counts["traces"] += 1
         root_values = root.values if root is not None else _NO_VALUES
         agent = root_values.get("agent_name") or trace.agent_name
         score = root_values.get("outcome_score")
-        row = _new(
-            TraceRow,
-            (
-                trace.trace_id.hex(),
-                service_name,
-                root.name if root is not None else None,
-                agent if type(agent) is str else None,
-                signals.start_ns,
-                signals.end_ns,
-                signals.duration_ms,
-                signals.span_count,
-                signals.error_count,
-                signals.llm_calls,
-                signals.tool_calls,
-                signals.input_tokens,
-                signals.output_tokens,
-                signals.max_depth,
-                signals.max_tool_repeat,
-                signals.schema_violations,
-                anomaly_score,
-                _text(root_values.get("outcome")),
-                float(score) if type(score) in (int, float) else None,
-                _text(root_values.get("harness_revision")),
-                decision.kept,
-                list(decision.policies),
-                decision.baseline,
-                decision.inclusion_probability,
-                reason,
-                time.time_ns(),
-                _text(root_values.get("env_revision")),
-                _text(root_values.get("prompt_version")),
-                root is not None,
-                signals.orphan_count,
-                0,
-            ),
+        row = TraceRow(
+            trace_id=trace.trace_id.hex(),
+            service_name=service_name,
+            root_name=root.name if root is not None else None,
+            agent_name=agent if type(agent) is str else None,
+            start_time=signals.start_ns,
+            end_time=signals.end_ns,
+            duration_ms=signals.duration_ms,
+            span_count=signals.span_count,
+            error_count=signals.error_count,
+            llm_calls=signals.llm_calls,
+            tool_calls=signals.tool_calls,
+            input_tokens=signals.input_tokens,
+            output_tokens=signals.output_tokens,
+            max_depth=signals.max_depth,
+            max_tool_repeat=signals.max_tool_repeat,
+            schema_violations=signals.schema_violations,
+            anomaly_score=anomaly_score,
+            outcome=_text(root_values.get("outcome")),
+            outcome_score=float(score) if type(score) in (int, float) else None,
+            harness_revision=_text(root_values.get("harness_revision")),
+            kept=decision.kept,
+            policies=list(decision.policies),
+            baseline=decision.baseline,
+            inclusion_probability=decision.inclusion_probability,
+            decision_reason=reason,
+            decided_at=time.time_ns(),
+            env_revision=_text(root_values.get("env_revision")),
+            prompt_version=_text(root_values.get("prompt_version")),
+            has_root=root is not None,
+            orphan_count=signals.orphan_count,
+            late_spans=0,
         )
+        self._record(decided_record(trace.trace_id, len(spans), row))
+        self._settle(trace, decision, row, signals.attributes(anomaly_score), now)
+
+    def _redecide(self, trace: PendingTrace, span_count: int, row: TraceRow, decided_at: float) -> None:
+        """Replay a logged decision: the trace's first ``span_count`` spans; any after them are late."""
+        spans = trace.spans
+        extra = spans[span_count:]
+        if extra:  # a max_spans decision in the middle of a request: recount what it covered
+            del spans[span_count:]
+            trace.tally = _tally(spans)
+        signals = compute_signals(spans, trace.tally)
+        if row.baseline or not self.policies.baseline_policies:
+            self.anomaly.observe(
+                (row.service_name, row.root_name),
+                (signals.total_tokens, signals.duration_ms, signals.span_count),
+            )
+        self._settle(trace, decision_of(row), row, signals.attributes(row.anomaly_score), decided_at)
+        if extra:
+            self._late(trace.trace_id, [(span.data, span.origin) for span in extra], decided_at)
+
+    def _settle(
+        self, trace: PendingTrace, decision: TraceDecision, row: TraceRow, signal_attributes: Any, now: float
+    ) -> None:
+        """Hand a decided trace's kept spans over and open its row for late spans."""
+        counts = self.counts
+        counts["traces"] += 1
+        spans = trace.spans
         if decision.kept:
             counts["kept"] += 1
             counts["spans_kept"] += len(spans)
-            self.sink.submit_kept(
-                KeptSpans(trace.trace_id, spans, decision, signals.attributes(anomaly_score))
-            )
+            self._emit(KeptSpans(trace.trace_id, spans, decision, signal_attributes), None)
         else:
             counts["spans_dropped"] += len(spans)
-        open_row = OpenRow(row, decision, now, now + self.late_window)
+        open_row = OpenRow(row, decision, now, now + self.late_window, trace.hold)
         if self.late_window > 0:
             self.open_rows[trace.trace_id] = open_row
         else:
@@ -421,6 +803,26 @@ class Processor:
             "spans_dropped": self.counts["spans_dropped"],
             "spans_written": self.sink.spans_written,
         }
+
+
+def _unavailable(error: BaseException | None) -> OtlpError:
+    return OtlpError(
+        503,
+        code_pb2.UNAVAILABLE,
+        f"the collector cannot write its data ({error}); it retries by itself, retry later",
+        UNAVAILABLE_RETRY_AFTER,
+    )
+
+
+def _tally(spans: Sequence[BufferedSpan]) -> SignalTally:
+    """The running totals of ``spans`` computed afresh (when a replayed decision covers fewer spans)."""
+    tally = SignalTally()
+    for span in spans:
+        facts = SpanFacts.FromString(span.data)
+        buffered_span(
+            facts, facts.attributes, span.span_id, span.parent_span_id, span.data, span.origin, tally
+        )
+    return tally
 
 
 def _text(value: Any) -> str | None:

@@ -5,7 +5,8 @@ part, only for what was kept: it appends the sampling attributes (``tailcut.samp
 ``.probability``, ``.baseline`` on every kept span, the trace signals on the root) to each span's
 encoded bytes (a repeated protobuf field may simply be appended to), reassembles the spans under their
 resources and scopes into one OTLP request, normalises it with :mod:`tailcut.exporters` and writes
-Parquet; the same request bytes go to any OTLP forwarder.
+Parquet; the same request bytes are queued for any OTLP forwarder (:class:`~._forward.ForwardQueue`,
+its own thread: a slow or dead downstream never holds up the Parquet write).
 
 Late spans of a kept trace are written in their own batch: their tree columns describe the late spans
 alone (a span whose parent was written earlier is an orphan) and their ``span_index`` continues after
@@ -14,27 +15,35 @@ the trace's earlier spans, so positions stay unique within the trace.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import tenacity
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
 from tailcut import attributes as attr
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import TraceDecision
+from tailcut.collector._encode import SPAN_TAG, encode_request
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._forward import Forwarder, make_forwarder
+from tailcut.collector._forward import ForwardQueue, make_forwarder
+from tailcut.collector._journal import published_record
 from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._rows import TraceRow, traces_table
+from tailcut.collector._wal import WriteAheadLog
 from tailcut.errors import TailcutError
-from tailcut.exporters import DataDirWriter, normalize_otlp
+from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
+from tailcut.exporters._varint import encode_varint
 
 _logger = logging.getLogger("tailcut.collector")
 _ATTRIBUTES_TAG = b"\x4a"  # Span.attributes: field 9, length-delimited
@@ -42,6 +51,11 @@ _ATTRIBUTES_TAG = b"\x4a"  # Span.attributes: field 9, length-delimited
 FLUSH_INTERVAL = 0.25
 #: Spans that trigger a write before the interval passes.
 FLUSH_SPANS = 4096
+#: Seconds before the first retry to open the data dir after an I/O error, and the longest wait.
+RECOVERY_BACKOFF: Final = 0.5
+RECOVERY_MAX_BACKOFF: Final = 5.0
+#: Submissions this close in time share their entry in the unpublished list (its age is the first's).
+_AGE_RESOLUTION: Final = 0.1
 
 
 class RawSpan(NamedTuple):
@@ -82,10 +96,33 @@ class KeptSpans(NamedTuple):
 
 
 _STOP = object()
+_RESET = object()
+
+
+class _Fault(NamedTuple):
+    """Marker: the write-ahead log failed, so nothing may be published until the collector resets."""
+
+    error: BaseException
+
+
+#: Errors that mean the disk (not the data) is the problem: retried, never a permanent failure.
+IO_ERRORS = (OSError, DataDirError)
 
 
 class Sink:
     """Receives decided traces from the event loop and writes them on its own thread.
+
+    Every submission gets a sequence number; :attr:`published_seq` is the highest one whose rows are
+    published (all files flushed), which is what lets the processor truncate its write-ahead log. The
+    writer publishes everything at most ``roll_age`` after the oldest unpublished row was handed over,
+    whatever the traffic (the thread wakes for that deadline even when no data arrives).
+
+    An I/O error (disk full, the data dir gone or unwritable, the write-ahead log failing) puts the sink in
+    :attr:`fault`: files being written are dropped unpublished, submissions are discarded, and the thread
+    retries opening the data dir with exponential backoff (:mod:`tenacity`). Once that works,
+    :attr:`ready` is set; the processor then rebuilds its state from the write-ahead log and calls
+    :meth:`reset`, so everything discarded is submitted again. A malformed span is not an I/O error: its
+    trace's batch is skipped (counted, logged) and the rest is written.
 
     Parameters
     ----------
@@ -98,31 +135,44 @@ class Sink:
     def __init__(self, config: CollectorConfig, metrics: CollectorMetrics) -> None:
         self.config = config
         self.metrics = metrics
+        parquet = config.parquet
+        self.roll_seconds = parquet.roll_seconds if parquet is not None else FLUSH_INTERVAL
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._writer: DataDirWriter | None = None
-        self._forwarders: list[Forwarder] = []
+        self._fresh: DataDirWriter | None = None
+        self.forwarding = ForwardQueue(metrics)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
+        self._seq = 0
+        #: (highest seq, monotonic time of the first) of the submissions not yet published, oldest first,
+        #: grouped by tenths of a second.
+        self._unpublished: collections.deque[tuple[int, float]] = collections.deque()
+        self.published_seq = 0
+        self._written_seq = 0
+        self._flush_requested = threading.Event()
+        self._stopping = threading.Event()
         self.backlog_bytes = 0
         self.spans_written = 0
         self.rows_written = 0
-        self.failure: BaseException | None = None
+        #: The I/O error being recovered from (None when healthy).
+        self.fault: BaseException | None = None
+        #: Set once the data dir works again after a fault (the processor then calls :meth:`reset`).
+        self.ready = False
+        #: Set when the thread stopped after publishing everything it was handed.
+        self.closed_cleanly = False
+        #: Where published file names are logged before the files appear (set by the processor).
+        self.wal: WriteAheadLog | None = None
 
     # --- lifecycle (called from the owner's thread) ---------------------------------------------------------
     def start(self) -> None:
-        parquet = self.config.parquet
-        if parquet is not None:
+        if self.config.parquet is not None:
             try:
-                self._writer = DataDirWriter(
-                    parquet.path, roll_bytes=parquet.roll_bytes, roll_seconds=parquet.roll_seconds
-                )
+                self._writer = self._open_writer()
             except TailcutError as exc:
                 raise CollectorError(str(exc)) from None
-            except OSError as exc:
-                raise CollectorError(f"cannot use data dir {parquet.path}: {exc.strerror or exc}") from None
-        self._forwarders = [make_forwarder(forwarder) for forwarder in self.config.forwarders]
+        self.forwarding.start([make_forwarder(forwarder) for forwarder in self.config.forwarders])
         self._thread = threading.Thread(target=self._run, name="tailcut-writer", daemon=True)
         self._thread.start()
 
@@ -130,33 +180,74 @@ class Sink:
         """Write everything submitted, close files and forwarders; :class:`CollectorError` on failure."""
         if self._thread is None:
             return
+        self._stopping.set()  # ends a recovery's backoff wait (a healthy writer still writes everything)
         self._queue.put(_STOP)
         self._thread.join(timeout)
         unfinished = self._thread.is_alive()
         self._thread = None
-        if self.failure is not None:
-            raise CollectorError(f"writing failed: {self.failure}")
+        self.forwarding.close(timeout)
+        if self.fault is not None:
+            kept = "; the write-ahead log keeps what was not written" if self.wal is not None else ""
+            raise CollectorError(f"writing failed: {self.fault}{kept}")
         if unfinished:
             raise CollectorError(f"the writer did not finish within {timeout:g}s; some rows may be missing")
 
     def abort(self) -> None:
         """Stop without waiting for anything (start failed)."""
         if self._thread is not None:
+            self._stopping.set()
             self._queue.put(_STOP)
             self._thread.join(5)
             self._thread = None
+        self.forwarding.close(5)
 
     # --- from the event loop --------------------------------------------------------------------------------
-    def submit_kept(self, item: KeptSpans) -> None:
+    def submit_kept(self, item: KeptSpans) -> int:
+        """Hand over a kept trace's spans; returns the submission's sequence number."""
         with self._lock:
             self._in_flight += 1
             self.backlog_bytes += item.nbytes
-        self._queue.put(item)
+            seq = self._next_seq()
+        self._queue.put((seq, item))
+        return seq
 
-    def submit_row(self, row: TraceRow) -> None:
+    def submit_row(self, row: TraceRow) -> int:
+        """Hand over a ``traces`` row; returns the submission's sequence number."""
         with self._lock:
             self._in_flight += 1
-        self._queue.put(row)
+            seq = self._next_seq()
+        self._queue.put((seq, row))
+        return seq
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        now = time.monotonic()
+        unpublished = self._unpublished
+        if unpublished and now - unpublished[-1][1] < _AGE_RESOLUTION:
+            unpublished[-1] = (self._seq, unpublished[-1][1])  # one entry per tenth of a second
+        else:
+            unpublished.append((self._seq, now))
+        return self._seq
+
+    def request_flush(self) -> None:
+        """Publish everything soon (the write-ahead log is filling up)."""
+        self._flush_requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """The write-ahead log failed: publish nothing more, recover like after a write error."""
+        self._queue.put(_Fault(error))
+
+    def reset(self) -> None:
+        """Resume after a fault: discard what was submitted so far, write what comes next."""
+        self.ready = False
+        with self._lock:
+            self._unpublished.clear()  # all discarded: the processor submits them again
+        self._queue.put(_RESET)
+
+    def oldest_unpublished_age(self) -> float:
+        """Seconds since the oldest row not yet published was handed over (0 when none)."""
+        with self._lock:
+            return time.monotonic() - self._unpublished[0][1] if self._unpublished else 0.0
 
     def wait_written(self, timeout: float) -> bool:
         """Wait until everything submitted so far is written; False on timeout."""
@@ -170,72 +261,202 @@ class Sink:
         return True
 
     # --- the writer thread ----------------------------------------------------------------------------------
+    def _open_writer(self) -> DataDirWriter:
+        parquet = self.config.parquet
+        assert parquet is not None
+        return DataDirWriter(
+            parquet.path,
+            roll_bytes=parquet.roll_bytes,
+            roll_seconds=parquet.roll_seconds,
+            before_publish=self._log_publish,
+        )
+
+    def _log_publish(self, table: str, relative: str) -> None:
+        if self.wal is not None:
+            self.wal.append([published_record(relative)], sync=True)
+
     def _run(self) -> None:
-        kept: list[KeptSpans] = []
-        rows: list[TraceRow] = []
+        kept: list[tuple[int, KeptSpans]] = []
+        rows: list[tuple[int, TraceRow]] = []
         last_write = time.monotonic()
         stopping = False
         while not stopping:
-            timeout = max(FLUSH_INTERVAL - (time.monotonic() - last_write), 0.0) if (kept or rows) else None
+            if self.fault is not None:
+                stopping = self._recover()
+                kept, rows = [], []
+                continue
+            timeout = self._publish_deadline() - time.monotonic()
+            if kept or rows:
+                timeout = min(timeout, FLUSH_INTERVAL - (time.monotonic() - last_write))
             try:
-                item = self._queue.get(timeout=timeout)
+                item = self._queue.get(timeout=max(timeout, 0.0) if timeout != float("inf") else None)
             except queue.Empty:
                 item = None
             while item is not None:
                 if item is _STOP:
                     stopping = True
-                elif isinstance(item, KeptSpans):
-                    kept.append(item)
-                else:
-                    rows.append(item)
+                elif isinstance(item, _Fault):
+                    self._enter_fault(item.error)
+                elif item is not _RESET:
+                    (kept if isinstance(item[1], KeptSpans) else rows).append(item)
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     item = None
-            due = stopping or time.monotonic() - last_write >= FLUSH_INTERVAL
-            if (kept or rows) and (due or sum(len(k.spans) for k in kept) >= FLUSH_SPANS):
-                self._write(kept, rows)
+            if self.fault is not None:
+                self._discard(kept, rows)
+                continue
+            now = time.monotonic()
+            due = stopping or now - last_write >= FLUSH_INTERVAL or now >= self._publish_deadline()
+            try:
+                if (kept or rows) and (due or sum(len(k.spans) for _, k in kept) >= FLUSH_SPANS):
+                    self._write(kept, rows)
+                    kept, rows = [], []
+                    last_write = time.monotonic()
+                if not stopping and time.monotonic() >= self._publish_deadline():
+                    self._publish()
+            except IO_ERRORS as exc:
+                self._enter_fault(exc)
+                self._discard(kept, rows)
                 kept, rows = [], []
-                last_write = time.monotonic()
-            if self._writer is not None and not stopping:
-                self._guard(self._writer.flush_if_due)
-        if self._writer is not None:
-            self._guard(self._writer.close)
-        for forwarder in self._forwarders:
-            self._guard(forwarder.shutdown)
+        if self.fault is None:
+            try:
+                self._publish(close=True)
+                self.closed_cleanly = True
+            except IO_ERRORS as exc:
+                self._enter_fault(exc)
 
-    def _write(self, kept: list[KeptSpans], rows: list[TraceRow]) -> None:
-        main = [item for item in kept if not item.late]
-        late = [item for item in kept if item.late]
+    def _publish_deadline(self) -> float:
+        if self._flush_requested.is_set():
+            return 0.0
+        with self._lock:
+            oldest = self._unpublished[0][1] if self._unpublished else None
+        return float("inf") if oldest is None else oldest + self.roll_seconds
+
+    def _publish(self, *, close: bool = False) -> None:
+        """Publish every file (everything written so far becomes readable), then advance the watermark."""
+        self._flush_requested.clear()
+        with self._lock:
+            written = self._written_seq
+        if self._writer is not None:
+            if close:
+                self._writer.close()
+            else:
+                self._writer.flush()
+        with self._lock:
+            self.published_seq = max(self.published_seq, written)
+            while self._unpublished and self._unpublished[0][0] <= written:
+                self._unpublished.popleft()
+
+    def _write(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
+        main = [item for _, item in kept if not item.late]
+        late = [item for _, item in kept if item.late]
         for group in (main, late):
             if group:
-                self._guard(self._write_spans, group)
+                self._write_spans(group)
         if rows:
-            self._guard(self._write_rows, rows)
+            self._write_rows([row for _, row in rows])
         with self._idle:
-            self._in_flight -= len(kept) + len(rows)
-            self.backlog_bytes -= sum(item.nbytes for item in kept)
-            self._idle.notify_all()
+            self._written_seq = max(seq for seq, _ in (*kept, *rows))
+            self._done(kept, rows)
 
-    def _guard(self, function: Any, *args: Any) -> None:
+    def _drop(self, item: Any) -> None:
+        """Discard one queued submission (a fault is being recovered from)."""
+        if item is _STOP or item is _RESET or isinstance(item, _Fault):
+            return
+        if isinstance(item[1], KeptSpans):
+            self._discard([item], [])
+        else:
+            self._discard([], [item])
+
+    def _discard(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
+        with self._idle:
+            self._done(kept, rows)
+
+    def _done(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
+        self._in_flight -= len(kept) + len(rows)
+        self.backlog_bytes -= sum(item.nbytes for _, item in kept)
+        self._idle.notify_all()
+
+    def _enter_fault(self, error: BaseException) -> None:
+        if self.fault is None:
+            _logger.error("tailcut collector: writing failed, retrying: %s", error)
+        self.fault = error
+        if self._writer is not None:
+            self._writer.abort()
+            self._writer = None
+
+    def _recover(self) -> bool:
+        """Retry opening the data dir until it works, then drop everything until :meth:`reset`.
+
+        Returns True when asked to stop meanwhile.
+        """
+        stop = False
+
+        def give_up(_: tenacity.RetryCallState) -> bool:
+            return stop or self._stopping.is_set()
+
+        def attempt() -> None:
+            nonlocal stop
+            while True:  # what arrives meanwhile is regenerated from the write-ahead log after the reset
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    return
+                self._drop(item)
+            self._probe()
+
         try:
-            function(*args)
-        except Exception as exc:  # keep the thread alive; the failure surfaces on close and in ingest
-            if self.failure is None:
-                self.failure = exc
-            _logger.exception("tailcut collector: writing failed")
+            for retry in tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(IO_ERRORS),
+                wait=tenacity.wait_exponential_jitter(initial=RECOVERY_BACKOFF, max=RECOVERY_MAX_BACKOFF),
+                stop=give_up,
+                sleep=self._stopping.wait,
+                reraise=True,
+            ):
+                with retry:
+                    attempt()
+        except IO_ERRORS:
+            return True
+        if stop:
+            return True
+        self.ready = True
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return True
+            if item is _RESET:
+                break
+            self._drop(item)
+        self._writer, self._fresh = self._fresh, None
+        self.fault = None
+        _logger.warning("tailcut collector: writing works again")
+        return False
+
+    def _probe(self) -> None:
+        """Open the data dir afresh and check that files can be created where the log and tables live."""
+        if self.wal is not None:
+            _touch(self.wal.directory)
+        parquet = self.config.parquet
+        if parquet is not None:
+            for table in ("spans", "traces"):
+                _touch(parquet.path / table)
+            if self._fresh is None:
+                self._fresh = self._open_writer()
 
     def _write_spans(self, group: list[KeptSpans]) -> None:
         request = assemble_request(group)
-        for forwarder in self._forwarders:
-            ok = forwarder.export_bytes(request, sum(len(item.spans) for item in group))
-            self.metrics.forwarded_spans.labels(forwarder.name, "ok" if ok else "failed").inc(
-                sum(len(item.spans) for item in group)
-            )
+        self.forwarding.put(request, sum(len(item.spans) for item in group))
         if self._writer is None:
             return
         started = time.perf_counter()
-        table = normalize_otlp(request)  # the wire decoder reads the bytes: nothing is parsed twice
+        try:
+            table = normalize_otlp(request)  # the wire decoder reads the bytes: nothing is parsed twice
+        except BadOtlpInput:
+            table = self._normalize_each(group)
         if group[0].late:
             bases: dict[str, int] = {}
             for item in group:  # several late batches of one trace are normalised together
@@ -247,6 +468,17 @@ class Sink:
         self.metrics.rows_written.labels("spans").inc(table.num_rows)
         self.spans_written += table.num_rows
 
+    def _normalize_each(self, group: list[KeptSpans]) -> pa.Table:
+        """Normalise trace by trace, skipping (and counting) the traces the normaliser refuses."""
+        tables = []
+        for item in group:
+            try:
+                tables.append(normalize_otlp(assemble_request([item])))
+            except BadOtlpInput as exc:
+                self.metrics.unwritable_spans.inc(len(item.spans))
+                _logger.error("tailcut collector: trace %s not written: %s", item.trace_id.hex(), exc)
+        return pa.concat_tables(tables) if tables else normalize_otlp(b"")
+
     def _write_rows(self, rows: list[TraceRow]) -> None:
         if self._writer is None:
             return
@@ -256,6 +488,14 @@ class Sink:
         self.metrics.write_seconds.labels("traces").observe(time.perf_counter() - started)
         self.metrics.rows_written.labels("traces").inc(table.num_rows)
         self.rows_written += table.num_rows
+
+
+def _touch(directory: Path) -> None:
+    """Create ``directory`` if needed and a file in it, removed again (OSError when impossible)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / f".probe-{os.getpid()}"
+    probe.write_bytes(b"")
+    probe.unlink()
 
 
 def assemble_request(group: Sequence[KeptSpans]) -> bytes:
@@ -278,22 +518,10 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
             data = span.data
             if index == root_index:
                 added = extra + encode_attributes(item.signal_attributes)
-                entry[1].append(_SPAN_TAG + _varint(len(data) + len(added)) + data + added)
+                entry[1].append(SPAN_TAG + encode_varint(len(data) + len(added)) + data + added)
             else:
-                entry[1].append(_SPAN_TAG + _varint(len(data) + len(extra)) + data + extra)
-    resource_spans = []
-    for origin, spans in by_origin.values():
-        scope_spans = _field(1, origin.scope) + b"".join(spans)
-        resource_spans.append(_field(1, _field(1, origin.resource) + _field(2, scope_spans)))
-    return b"".join(resource_spans)
-
-
-_SPAN_TAG = b"\x12"  # ScopeSpans.spans: field 2, length-delimited
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return bytes(((number << 3) | 2,)) + _varint(len(payload)) + payload
+                entry[1].append(SPAN_TAG + encode_varint(len(data) + len(extra)) + data + extra)
+    return encode_request(by_origin.values())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -312,7 +540,7 @@ def encode_attributes(values: Mapping[str, Any]) -> bytes:
     out = bytearray()
     for key, value in values.items():
         encoded = KeyValue(key=key, value=_any_value(value)).SerializeToString()
-        out += _ATTRIBUTES_TAG + _varint(len(encoded)) + encoded
+        out += _ATTRIBUTES_TAG + encode_varint(len(encoded)) + encoded
     return bytes(out)
 
 
@@ -326,20 +554,6 @@ def _any_value(value: Any) -> AnyValue:
     if isinstance(value, list | tuple):
         return AnyValue(array_value=ArrayValue(values=[_any_value(v) for v in value]))
     return AnyValue(string_value=str(value))
-
-
-def _varint(value: int) -> bytes:
-    if value < len(_SHORT_VARINTS):
-        return _SHORT_VARINTS[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_SHORT_VARINTS = [bytes((v,)) if v < 0x80 else bytes(((v & 0x7F) | 0x80, v >> 7)) for v in range(1 << 14)]
 
 
 def _shift_positions(table: pa.Table, bases: Mapping[str, int]) -> pa.Table:

@@ -1,14 +1,18 @@
 """``OtlpForwarder``: send kept spans on to another OTLP/HTTP endpoint (an existing tracing backend).
 
 Requests are OTLP/HTTP protobuf (``application/x-protobuf``), gzip-compressed by default. Responses the
-OTLP specification calls retryable (429, 502, 503, 504) and connection failures are retried with doubling
-backoff, honouring a ``Retry-After`` header; anything else fails at once. Every outcome is counted
-(:meth:`OtlpForwarder.stats`), so a backend that drops data is visible.
+OTLP specification calls retryable (429, 502, 503, 504), connection failures, timeouts and answers that
+are not HTTP at all are retried (:mod:`._retry`: up to ``max_attempts`` attempts, waiting ``backoff``
+seconds doubled each time up to ``max_backoff``, or longer when a ``Retry-After`` header in seconds asks
+for longer); any other status fails at once. Each attempt waits at most ``timeout`` seconds for the
+endpoint, so a batch takes at most about ``max_attempts * timeout`` plus the waits. Every outcome is
+counted (:meth:`OtlpForwarder.stats`), so a backend that drops data is visible.
 """
 
 from __future__ import annotations
 
 import gzip
+import http.client
 import logging
 import threading
 import urllib.error
@@ -19,6 +23,8 @@ from typing import Final
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tailcut.exporters._retry import RetryLater, retrying
 
 _logger = logging.getLogger("tailcut")
 RETRYABLE_STATUS: Final = frozenset({429, 502, 503, 504})
@@ -107,38 +113,50 @@ class OtlpForwarder:
             self._count(spans_failed=span_count, requests_failed=1)
             return SpanExportResult.FAILURE
         data = gzip.compress(body) if self.compression == "gzip" else body
-        delay = self.backoff
-        for attempt in range(1, self.max_attempts + 1):
-            retry_after = self._send(data)
-            if retry_after is None:
+        policy = retrying(
+            max_attempts=self.max_attempts,
+            backoff=self.backoff,
+            max_backoff=self.max_backoff,
+            stopped=self._stopped,
+        )
+        try:
+            for attempt in policy:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        self._count(retries=1)
+                    if not self._send(data):
+                        break
+            else:
                 self._count(spans_sent=span_count)
                 return SpanExportResult.SUCCESS
-            if retry_after < 0 or attempt == self.max_attempts:
-                break
-            self._count(retries=1)
-            if self._stopped.wait(min(max(retry_after, delay), self.max_backoff)):
-                break
-            delay = min(delay * 2, self.max_backoff)
+        except RetryLater as exc:
+            _logger.warning("tailcut: giving up on OTLP endpoint %s: %s", self.url, exc)
         self._count(spans_failed=span_count, requests_failed=1)
         return SpanExportResult.FAILURE
 
-    def _send(self, data: bytes) -> float | None:
-        """None on success; else seconds to wait before retrying (0: no hint), or -1 when not retryable."""
+    def _send(self, data: bytes) -> bool:
+        """True when the endpoint accepted ``data``, False when it refused it for good.
+
+        Raises
+        ------
+        RetryLater
+            For a retryable status (with the ``Retry-After`` delay, if given in seconds), a connection
+            failure, a timeout, or an answer that is not HTTP.
+        """
         request = urllib.request.Request(self.url, data=data, headers=self.headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 response.read()
-            return None
+            return True
         except urllib.error.HTTPError as exc:
             exc.read()
             if exc.code not in RETRYABLE_STATUS:
                 _logger.warning("tailcut: OTLP endpoint %s refused spans: HTTP %d", self.url, exc.code)
-                return -1
-            hint = exc.headers.get("Retry-After", "") if exc.headers else ""
-            return float(hint) if hint.strip().isdigit() else 0.0
-        except (urllib.error.URLError, OSError) as exc:
-            _logger.warning("tailcut: cannot reach OTLP endpoint %s: %s", self.url, exc)
-            return 0.0
+                return False
+            hint = (exc.headers.get("Retry-After", "") if exc.headers else "").strip()
+            raise RetryLater(f"HTTP {exc.code}", float(hint) if hint.isdigit() else None) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise RetryLater(f"cannot reach it: {exc!r}") from None
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Nothing is buffered: every :meth:`export` returns once its batch is sent or failed."""

@@ -36,6 +36,7 @@ from tailcut.exporters._batch import (
     SpanLink,
 )
 from tailcut.exporters._errors import BadOtlpInput
+from tailcut.exporters._varint import read_varint
 
 SPAN_KINDS: Final = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # 0 = unspecified
 STATUS_CODES: Final = ("UNSET", "OK", "ERROR")
@@ -364,24 +365,14 @@ def _scan(data: bytes, start: int, end: int, what: str) -> list[tuple[int, int, 
 def _skip_field(data: bytes, pos: int, add: Callable[[tuple[int, int, int]], None], what: str) -> int:
     """Read the field at ``pos`` (recording it if length-delimited); return the position after it."""
 
-    def varint(pos: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            byte = data[pos]
-            value |= (byte & 0x7F) << shift
-            pos += 1
-            shift += 7
-            if byte < 0x80:
-                return value, pos
-
-    tag, pos = varint(pos)
+    tag, pos = read_varint(data, pos)
     wire = tag & 7
     if wire == 0:
-        return varint(pos)[1]
+        return read_varint(data, pos)[1]
     if wire in (1, 5):
         return pos + (8 if wire == 1 else 4)
     if wire == 2:
-        length, pos = varint(pos)
+        length, pos = read_varint(data, pos)
         add((tag >> 3, pos, pos + length))
         return pos + length
     raise BadOtlpInput(f"{what} is not valid protobuf (wire type {wire} at byte {pos})")

@@ -20,6 +20,7 @@ raised by the caller's next call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -131,6 +132,10 @@ class DataDirWriter:
         zstd level (default: the library's).
     background
         Encode row groups on a background thread (default), overlapping with the caller's work.
+    before_publish
+        Called with each finished file's table name and final path (relative to the data dir) just
+        before the file appears there; if it raises, the file is not published (its rows are lost and the
+        error is raised like a write error). The collector logs the name in its write-ahead log first.
 
     Raises
     ------
@@ -155,6 +160,7 @@ class DataDirWriter:
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         compression_level: int | None = None,
         background: bool = True,
+        before_publish: Callable[[str, str], None] | None = None,
     ) -> None:
         if roll_bytes < 1 or roll_seconds <= 0 or row_group_rows < 1:
             raise ValueError("roll_bytes, roll_seconds and row_group_rows must be positive")
@@ -163,10 +169,10 @@ class DataDirWriter:
         self.roll_seconds = roll_seconds
         self.row_group_rows = row_group_rows
         self.compression_level = compression_level
+        self._before_publish = before_publish
         self._lock = threading.RLock()
         self._partitions: dict[tuple[str, str], _Partition] = {}
         self._closed = False
-        self._worker = _Worker() if background else None
         try:
             for table in schema.TABLES:
                 if table in _SORT_KEYS:
@@ -175,6 +181,7 @@ class DataDirWriter:
                 stale.unlink(missing_ok=True)
         except OSError as exc:
             raise DataDirError(f"cannot use data dir {self.root}: {exc.strerror or exc}") from None
+        self._worker = _Worker() if background else None
 
     # --- public ------------------------------------------------------------------------------------------
     def write_spans(self, table: pa.Table) -> None:
@@ -221,6 +228,20 @@ class DataDirWriter:
             finally:
                 if self._worker is not None:
                     self._worker.stop()
+
+    def abort(self) -> None:
+        """Stop at once without publishing anything: files being written are deleted (after an I/O error).
+
+        Rows not yet published are lost; the caller still holds them elsewhere (the write-ahead log).
+        """
+        with self._lock:
+            self._closed = True
+            if self._worker is not None:
+                self._worker.failure = self._worker.failure or DataDirError("the writer was aborted")
+                self._worker.stop()
+            for partition in self._partitions.values():
+                self._abandon(partition)
+            self._partitions.clear()
 
     def __enter__(self) -> DataDirWriter:
         return self
@@ -300,11 +321,16 @@ class DataDirWriter:
             if close and partition.writer is not None:
                 partition.writer.close()
                 assert partition.temporary is not None and partition.final is not None
+                if self._before_publish is not None:
+                    self._before_publish(partition.name, partition.final.relative_to(self.root).as_posix())
                 publish(partition.temporary, partition.final)
                 partition.writer = partition.temporary = partition.final = None
         except OSError as exc:
             self._abandon(partition)
             raise DataDirError(f"cannot write {partition.directory}: {exc.strerror or exc}") from None
+        except Exception:
+            self._abandon(partition)
+            raise
 
     def _open_file(self, partition: _Partition) -> None:
         partition.directory.mkdir(parents=True, exist_ok=True)
@@ -326,7 +352,8 @@ class DataDirWriter:
             except (OSError, pa.ArrowException):
                 pass
         if partition.temporary is not None:
-            partition.temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # its directory may be gone: the next writer's cleanup
+                partition.temporary.unlink()
         partition.writer = partition.temporary = partition.final = None
 
 
