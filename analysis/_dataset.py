@@ -279,6 +279,8 @@ class Dataset:
     def _scan(self, table: str, columns: Sequence[str] | None) -> pl.LazyFrame:
         import polars as pl
 
+        from tailcut.exporters.schema import NANOSECOND_TWINS
+
         empty = pl.from_arrow(_source.empty_table(table))
         assert isinstance(empty, pl.DataFrame)
         if self._present[table]:
@@ -288,6 +290,12 @@ class Dataset:
                 schema=empty.schema,
                 missing_columns="insert",
                 extra_columns="ignore",
+                # schema 1 stored nanosecond timestamps; a twin they lack comes from the (microsecond) time
+                cast_options=pl.ScanCastOptions(datetime_cast="nanosecond-downcast"),
+            ).with_columns(
+                pl.coalesce(twin, pl.col(time).dt.epoch("us") * 1000).alias(twin)
+                for time, twin in NANOSECOND_TWINS.items()
+                if twin in empty.schema
             )
         else:
             frame = empty.lazy()

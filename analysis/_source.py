@@ -155,16 +155,41 @@ def create_table_view(
     import duckdb
 
     try:
-        have = {row[0] for row in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+        have = {
+            name: type_ for name, type_, *_ in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()
+        }
     except duckdb.Error as exc:
         if not is_data_read_error(exc):
             raise
         raise data_read_error(exc, location) from None
-    missing = [
-        f"CAST(NULL AS {type_}) AS {name}" for name, type_ in duckdb_types(table).items() if name not in have
-    ]
-    extra = "".join(f", {column}" for column in missing)
-    connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT *{extra} FROM {scan}")
+    connection.execute(f"CREATE OR REPLACE VIEW {table} AS {current_columns(table, have, scan)}")
+
+
+def current_columns(table: str, have: Mapping[str, str], scan: str) -> str:
+    """A ``SELECT`` over ``scan`` (whose columns and DuckDB types are ``have``) giving today's schema.
+
+    Columns of another type (older files' nanosecond timestamps) are cast, a nanosecond twin no file has
+    comes from its timestamp, and a column no file has is a typed NULL; the partition column and any
+    column today's schema lacks pass through.
+    """
+    from tailcut.exporters.schema import NANOSECOND_TWINS
+
+    replaced, added = [], []
+    sources = {twin: time for time, twin in NANOSECOND_TWINS.items()}
+    for name, type_ in duckdb_types(table).items():
+        source = sources.get(name)
+        if source is not None and source in have:
+            exact = f"epoch_ns({source})"
+            if name in have:
+                replaced.append(f"coalesce({name}, {exact}) AS {name}")
+            else:
+                added.append(f"{exact} AS {name}")
+        elif name not in have:
+            added.append(f"CAST(NULL AS {type_}) AS {name}")
+        elif have[name] != type_:
+            replaced.append(f"CAST({name} AS {type_}) AS {name}")
+    star = f"* REPLACE ({', '.join(replaced)})" if replaced else "*"
+    return f"SELECT {', '.join([star, *added])} FROM {scan}"
 
 
 def quote(text: str) -> str:

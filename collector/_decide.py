@@ -13,7 +13,10 @@ Rules (DESIGN.md section 3):
   independent except ``probabilistic`` policies with the same salt, which are nested (the smaller
   slice lies inside the larger) and so count once with the largest ratio. It is 1 when a deterministic
   policy kept the trace, p when only the baseline did, and is also given for dropped traces (the chance
-  they had).
+  they had);
+* sampling stages compose: a trace that reached the collector through a head sampler upstream (its
+  spans' W3C ``tracestate`` ``ot=th:``, :mod:`._headsampling`) had ``head_probability`` of getting here,
+  independent of the tail stage, so pi is ``head_probability`` times the tail stage's probability.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class TraceDecision:
     policies: tuple[str, ...]
     baseline: bool
     inclusion_probability: float
+    #: the head sampler's probability, a factor of ``inclusion_probability`` (1 when none sampled upstream)
+    head_probability: float = 1.0
 
 
 class PolicySet:
@@ -88,7 +93,9 @@ class PolicySet:
                 slices[group] = probability
         for ratio in slices:
             hit += (1.0 - hit) * ratio
-        decision = TraceDecision(sampled and not dropped, tuple(matched), baseline, no_drop * hit)
+        head = trace.head_probability
+        kept = sampled and not dropped
+        decision = TraceDecision(kept, tuple(matched), baseline, head * no_drop * hit, head)
         return decision, votes
 
 

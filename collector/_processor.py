@@ -389,6 +389,7 @@ class Processor:
                 list(decision.policies),
                 decision.baseline,
                 decision.inclusion_probability,
+                decision.head_probability,
                 reason,
                 time.time_ns(),
                 _text(root_values.get("env_revision")),

@@ -44,7 +44,7 @@ from tailcut.exporters._row_order import sort_rows
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_ROLL_SECONDS: Final = 60.0
 DEFAULT_ROW_GROUP_ROWS: Final = 100_000
-_DAY_NS: Final = 86_400 * 10**9
+_DAY_US: Final = 86_400 * 10**6  # schema.TIMESTAMP is in microseconds
 _SORT_KEYS: Final = {
     "spans": [("trace_id", "ascending"), ("span_index", "ascending")],
     "traces": [("trace_id", "ascending")],
@@ -183,12 +183,11 @@ class DataDirWriter:
         self._write("spans", table, _trace_days(table))
 
     def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
-        """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers)."""
-        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=schema.TRACES)
-        table = _conform("traces", table)
-        start = table.column("start_time").cast(pa.int64())
-        decided = table.column("decided_at").cast(pa.int64())
-        days = np.floor_divide(pc.coalesce(start, decided).to_numpy(), _DAY_NS)
+        """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers,
+        :func:`~tailcut.exporters.schema.nanosecond_fields`)."""
+        table = _conform("traces", rows if isinstance(rows, pa.Table) else schema.from_rows("traces", rows))
+        start = pc.coalesce(table.column("start_time"), table.column("decided_at"))
+        days = np.floor_divide(start.cast(pa.int64()).to_numpy(), _DAY_US)
         self._write("traces", table, days)
 
     def flush_if_due(self) -> None:
@@ -346,10 +345,10 @@ def _trace_days(table: pa.Table) -> np.ndarray:
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     trace = pc.dictionary_encode(table.column("trace_id")).combine_chunks().indices.to_numpy()
-    start = table.column("start_time").cast(pa.int64()).to_numpy()
+    start = table.column("start_time").cast(pa.int64()).to_numpy()  # microseconds
     earliest = np.full(int(trace.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(earliest, trace, start)
-    return np.floor_divide(earliest[trace], _DAY_NS)
+    return np.floor_divide(earliest[trace], _DAY_US)
 
 
 def _day_name(day: int) -> str:

@@ -23,7 +23,8 @@ from tailcut.exporters.corpus import CORPUS_FORMAT, ENVELOPES, MANIFEST, MANIFES
 from tailcut.interceptor import Served
 
 #: Schema versions of corpora this reader understands.
-KNOWN_SCHEMA_VERSIONS: Final = frozenset({schema.SCHEMA_VERSION})
+#: Corpora of schema 1 differ only in the type of ``start_time``, which a replay does not read.
+KNOWN_SCHEMA_VERSIONS: Final = frozenset({"1", schema.SCHEMA_VERSION})
 _FIX: Final = "re-run tailcut export-corpus"
 _RUN_COLUMNS: Final = [f.name for f in schema.CORPUS_RUNS if f.name != "start_time"]
 _ENVELOPE_COLUMNS: Final = [f.name for f in schema.CORPUS_ENVELOPES]
