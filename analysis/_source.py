@@ -1,21 +1,22 @@
 """Where a data dir's Parquet files are, and the DuckDB views that read them whatever their age.
 
-A data dir is local (a path) or remote (any URL DuckDB's ``httpfs`` extension reads: ``s3://``,
-``gs://``, ``https://`` ...). Its tables are hive-partitioned globs, ``spans/dt=*/*.parquet`` and
-``traces/dt=*/*.parquet``. Files written under an older schema lack the newer columns; ``union_by_name``
-fills them with NULL as long as one file has them, and a column no file has yet is added as a typed NULL,
-so a query written against today's schema runs over yesterday's files.
+A data dir is local (a path) or remote (``s3://bucket/prefix``, read through pyarrow's S3 filesystem:
+:mod:`tailcut.exporters._location`, which also says where the data is). Its tables are hive-partitioned
+globs, ``spans/dt=*/*.parquet`` and ``traces/dt=*/*.parquet``. Files written under an older schema lack
+the newer columns; ``union_by_name`` fills them with NULL as long as one file has them, a column no file
+has yet is added as a typed NULL, and older types are cast (:func:`current_columns`), so a query written
+against today's schema runs over yesterday's files.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from tailcut.analysis._errors import AnalysisError, NoDataError, data_read_error, is_data_read_error
+from tailcut.analysis._errors import NoDataError, data_read_error, is_data_read_error
+from tailcut.exporters._location import is_remote
 
 if TYPE_CHECKING:
     import duckdb
@@ -27,43 +28,9 @@ TABLES: Final = ("spans", "traces")
 PARTITION_COLUMN: Final = "dt"
 
 
-def is_remote(location: str) -> bool:
-    """Whether ``location`` is a URL (``s3://``, ``https://`` ...) rather than a local path."""
-    scheme, sep, _ = location.partition("://")
-    return bool(sep) and scheme.isalnum() and scheme.lower() != "file"
-
-
-def normalize_location(path: str | os.PathLike[str]) -> str:
-    """The data dir as a string DuckDB and polars accept: a URL unchanged, a path made absolute."""
-    text = os.fspath(path)
-    if is_remote(text):
-        return text.rstrip("/")
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    return str(Path(text).expanduser().absolute())
-
-
 def table_glob(location: str, table: str) -> str:
     """The glob of one table's Parquet files (hidden temporary files never match it)."""
     return f"{location}/{table}/**/*.parquet"
-
-
-def ensure_remote_support(connection: duckdb.DuckDBPyConnection, location: str) -> None:
-    """Load DuckDB's ``httpfs`` extension for a remote data dir, or say why it cannot be read."""
-    import duckdb
-
-    try:
-        connection.execute("LOAD httpfs")
-    except duckdb.Error:
-        try:
-            connection.execute("INSTALL httpfs")
-            connection.execute("LOAD httpfs")
-        except duckdb.Error as exc:
-            first = str(exc).splitlines()[0]
-            raise AnalysisError(
-                f"{location}: reading a remote data dir needs DuckDB's httpfs extension, which could not "
-                f"be loaded ({first})"
-            ) from None
 
 
 def damaged_file(location: str) -> str | None:

@@ -12,13 +12,14 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 from tailcut.canonical import loads
 from tailcut.errors import CorpusError, ReplayError
 from tailcut.exporters import schema
+from tailcut.exporters._location import local_directory, location
 from tailcut.exporters.corpus import CORPUS_FORMAT, ENVELOPES, MANIFEST, MANIFEST_DIGEST, RUNS
 from tailcut.interceptor import Served
 
@@ -98,9 +99,12 @@ class CorpusRun:
 
 @dataclass(frozen=True)
 class Corpus:
-    """A verified replay corpus: its runs in manifest order and each run's envelopes in ``seq`` order."""
+    """A verified replay corpus: its runs in manifest order and each run's envelopes in ``seq`` order.
 
-    path: Path
+    ``path`` is the corpus directory, or the ``s3://`` URL it was read from.
+    """
+
+    path: Path | str
     manifest: Mapping[str, Any]
     runs: Mapping[str, CorpusRun]
     _envelopes: Mapping[str, tuple[Envelope, ...]] = field(repr=False)
@@ -142,7 +146,8 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
     Parameters
     ----------
     path
-        A corpus directory written by ``tailcut export-corpus`` or ``tailcut select``.
+        A corpus directory written by ``tailcut export-corpus`` or ``tailcut select``, or its
+        ``s3://bucket/prefix`` URL (its files are copied to a temporary local directory and read there).
     verify
         Check each file's sha256 and size and the manifest's trace list (``--no-verify`` turns it off;
         the manifest must still be readable and of a known schema version).
@@ -157,7 +162,17 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
         Naming the file at fault, e.g. ``corpus refused: envelopes.parquet does not match its sha256 in
         manifest.json; re-run tailcut export-corpus``.
     """
-    root = Path(path)
+    place = location(path)
+    if place.remote:
+        if not place.is_file(MANIFEST):
+            raise CorpusError(f"corpus refused: {MANIFEST} is missing in {place}; {_FIX}")
+        with local_directory(place) as root:
+            loaded = _load(root, verify=verify)
+        return replace(loaded, path=place.url)
+    return _load(place.local_path(), verify=verify)
+
+
+def _load(root: Path, *, verify: bool) -> Corpus:
     if not root.is_dir():
         raise CorpusError(f"corpus refused: {root} is not a directory; write one with tailcut export-corpus")
     if verify:
