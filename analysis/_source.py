@@ -154,7 +154,9 @@ def current_columns(table: str, have: Mapping[str, str], scan: str) -> str:
         elif name not in have:
             added.append(f"CAST(NULL AS {type_}) AS {name}")
         elif have[name] != type_:
-            replaced.append(f"CAST({name} AS {type_}) AS {name}")
+            # truncated like the writer truncates, not rounded as a cast from nanoseconds would be
+            value = f"date_trunc('microseconds', {name})" if have[name].startswith("TIMESTAMP") else name
+            replaced.append(f"CAST({value} AS {type_}) AS {name}")
     star = f"* REPLACE ({', '.join(replaced)})" if replaced else "*"
     return f"SELECT {', '.join([star, *added])} FROM {scan}"
 
