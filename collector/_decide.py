@@ -39,6 +39,9 @@ class TraceDecision:
     inclusion_probability: float
     #: the head sampler's probability, a factor of ``inclusion_probability`` (1 when none sampled upstream)
     head_probability: float = 1.0
+    #: kept by the uniform slice alone (no other policy voted to sample): forwarded spans then state pi
+    #: as their ``tracestate`` threshold
+    slice_only: bool = False
 
 
 class PolicySet:
@@ -73,7 +76,7 @@ class PolicySet:
         """Evaluate every policy on ``trace``; return the decision and each policy's vote (config order)."""
         votes = [policy.evaluate(trace, now) for policy in self.policies]
         matched: list[str] = []
-        dropped = sampled = baseline = False
+        dropped = sampled = baseline = other_sample = False
         no_drop = 1.0
         hit = 0.0  # P(some sampling policy votes to sample), accumulated over independent policies
         slices = [0.0] * self._slice_groups
@@ -81,6 +84,7 @@ class PolicySet:
             if decision is _SAMPLED:
                 sampled = True
                 baseline = baseline or role == _SLICE
+                other_sample = other_sample or role != _SLICE
                 matched.append(policy.name)
             elif decision is _DROPPED:
                 dropped = True
@@ -95,7 +99,8 @@ class PolicySet:
             hit += (1.0 - hit) * ratio
         head = trace.head_probability
         kept = sampled and not dropped
-        decision = TraceDecision(kept, tuple(matched), baseline, head * no_drop * hit, head)
+        pi = head * no_drop * hit
+        decision = TraceDecision(kept, tuple(matched), baseline, pi, head, kept and not other_sample)
         return decision, votes
 
 

@@ -31,6 +31,7 @@ from tailcut.collector._cache import DecisionCache
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._facts import agent_name, buffered_span, root_facts
+from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, bad_request, overloaded, parse_framed
 from tailcut.collector._receivers import IngestResult
@@ -343,7 +344,13 @@ class Processor:
                 for key, items in found.items():
                     values[key] = [*values.get(key, ()), *items]
         view = TraceView(
-            trace.trace_id, signals.span_count, signals.start_ns, signals.end_ns, signals.status_mask, values
+            trace.trace_id,
+            signals.span_count,
+            signals.start_ns,
+            signals.end_ns,
+            signals.status_mask,
+            values,
+            head_probability(trace.tally.head_threshold),
         )
         decision, votes = self.policies.decide(view, now)
         if decision.baseline or not self.policies.baseline_policies:

@@ -31,7 +31,9 @@ from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import TraceDecision
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._forward import Forwarder, make_forwarder
+from tailcut.collector._headsampling import forwarded_tracestate
 from tailcut.collector._metrics import CollectorMetrics
+from tailcut.collector._otlp import SpanFacts
 from tailcut.collector._rows import TraceRow, traces_table
 from tailcut.errors import TailcutError
 from tailcut.exporters import DataDirWriter, normalize_otlp
@@ -262,7 +264,9 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
     """One encoded ``ExportTraceServiceRequest`` holding the spans of ``group`` with their attributes added.
 
     Spans keep the resource and scope they arrived under; every span gets the sampling attributes of its
-    trace and the root span the trace signals, appended to its bytes. The request is written directly
+    trace and the root span the trace signals, appended to its bytes; a span of a trace kept by the uniform
+    slice alone also gets a ``tracestate`` whose ``ot=th:`` states the trace's π (:mod:`._headsampling`).
+    The request is written directly
     in protobuf's wire format (a few byte joins), since the spans already are.
     """
     by_origin: dict[int, tuple[Any, list[bytes]]] = {}
@@ -276,6 +280,8 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
             if entry is None:
                 entry = by_origin[id(origin)] = (origin, [])
             data = span.data
+            if decision.slice_only:
+                data += _restated_threshold(data, decision.inclusion_probability)
             if index == root_index:
                 added = extra + encode_attributes(item.signal_attributes)
                 entry[1].append(_SPAN_TAG + _varint(len(data) + len(added)) + data + added)
@@ -289,6 +295,14 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
 
 
 _SPAN_TAG = b"\x12"  # ScopeSpans.spans: field 2, length-delimited
+_TRACE_STATE = 3  # Span.trace_state
+
+
+def _restated_threshold(data: bytes, pi: float) -> bytes:
+    """A ``Span.trace_state`` field to append to an encoded span (the last one wins) stating ``pi`` as
+    its ``ot=th:`` threshold: the span's trace was kept by the uniform slice alone."""
+    tracestate = SpanFacts.FromString(data).trace_state.decode("utf-8", "replace")
+    return _field(_TRACE_STATE, forwarded_tracestate(tracestate, pi).encode("utf-8"))
 
 
 def _field(number: int, payload: bytes) -> bytes:
