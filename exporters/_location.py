@@ -112,10 +112,6 @@ class Location:
         ]
         return sorted(found)
 
-    def read_bytes(self, name: str) -> bytes:
-        with self.filesystem.open_input_stream(f"{self.path}/{name}") as stream:
-            return bytes(stream.read())
-
     def upload(self, local: Path, name: str) -> None:
         """Copy a finished local file to ``name`` under this (remote) location, whole."""
         with local.open("rb") as source, self.filesystem.open_output_stream(f"{self.path}/{name}") as target:
