@@ -95,8 +95,8 @@ def payload_stores(
 
     A payload store is a local directory: a remote data dir contributes none.
     """
-    local = [] if location(data_dir).remote else [data_dir_store(data_dir)]
-    return [*local, *(PayloadStore(p) for p in extra)]
+    own = data_dir_store(data_dir)
+    return [*([own] if own is not None else []), *(PayloadStore(p) for p in extra)]
 
 
 def _read_spans(data_dir: Location, trace_ids: Sequence[str]) -> pa.Table:
