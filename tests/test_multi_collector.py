@@ -2,9 +2,10 @@
 
 A small router splits every OTLP request by trace id (what the OpenTelemetry Collector's
 ``loadbalancing`` exporter with ``routing_key: traceID`` does) over three collectors that all write the
-same data dir; a single collector gets the same requests whole. 10,000 traces: the three-way data dir
-has exactly one ``traces`` row per trace, the same baseline slice and the same deterministic decisions
-as the single collector, and its population estimates agree with the single collector's intervals.
+same data dir (on local disk, and in a bucket of a real S3 API on loopback); a single collector gets
+the same requests whole. 10,000 traces: the three-way data dir has exactly one ``traces`` row per trace,
+the same baseline slice and the same deterministic decisions as the single collector, and its
+population estimates agree with the single collector's intervals.
 
 The anomaly policy is the one decision that may differ: each instance scores against the running
 baseline of the traces routed to it (a uniform third of each stream), so a trace near the threshold can
@@ -23,7 +24,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from tailcut.analysis import Dataset
 from tailcut.analysis._estimates import category_rates
 from tailcut.collector import Collector, load_config
+from tailcut.exporters._location import location
 from tests.test_collector_helpers import export_request, post, span, write_config
+from tests.test_storage_s3 import s3  # noqa: F401  (the moto S3 server fixture)
 
 TRACES = 10_000
 PER_REQUEST = 500
@@ -78,7 +81,7 @@ def route(body: bytes, instances: int) -> list[bytes]:
     return [part.SerializeToString() for part in parts if part.resource_spans]
 
 
-def _run(directory: Path, data: Path, count: int, bodies: list[bytes]) -> None:
+def _run(directory: Path, data: Path | str, count: int, bodies: list[bytes]) -> None:
     collectors = []
     for index in range(count):
         home = directory / f"collector-{index}"
@@ -102,15 +105,27 @@ def _owner(part: bytes, instances: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("multi")
-    bodies = _requests()
-    _run(root / "single", root / "single-data", 1, bodies)
-    _run(root / "three", root / "shared-data", COLLECTORS, bodies)
-    return root / "single-data", root / "shared-data"
+def bodies() -> list[bytes]:
+    return _requests()
 
 
-def _decisions(data: Path) -> dict[str, tuple[bool, bool, float, tuple[str, ...]]]:
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, bodies) -> Path:
+    root = tmp_path_factory.mktemp("single")
+    _run(root, root / "data", 1, bodies)
+    return root / "data"
+
+
+@pytest.fixture(scope="module", params=["local", "s3"])
+def data_dirs(request, tmp_path_factory, bodies, single) -> tuple[Path, Path | str]:
+    """The single collector's data dir, and the one three collectors shared (local disk, or a bucket)."""
+    root = tmp_path_factory.mktemp("three")
+    shared = root / "data" if request.param == "local" else f"{request.getfixturevalue('s3')}/shared"
+    _run(root, shared, COLLECTORS, bodies)
+    return single, shared
+
+
+def _decisions(data: Path | str) -> dict[str, tuple[bool, bool, float, tuple[str, ...]]]:
     with Dataset(data) as dataset:
         rows = dataset.sql(
             "SELECT trace_id, kept, baseline, inclusion_probability, "
@@ -131,8 +146,9 @@ def test_three_collectors_write_one_consistent_data_dir(data_dirs):
             "SELECT (SELECT 2 * count(*) FROM traces WHERE kept), (SELECT count(*) FROM spans)"
         ).row(0)
         assert kept_spans == spans
-    files = list((shared / "traces").rglob("part-*.parquet"))
+    files = location(shared).files("traces")
     assert len(files) >= COLLECTORS  # every instance published its own files, none overwrote another's
+    assert all(Path(f).name.startswith("part-") for f in files)
     one, three = _decisions(single), _decisions(shared)
     assert one.keys() == three.keys()
     assert {t for t, d in one.items() if d[1]} == {t for t, d in three.items() if d[1]}  # the same slice
