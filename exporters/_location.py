@@ -179,16 +179,21 @@ def location(text: str | os.PathLike[str]) -> Location:
     if raw.startswith("file://"):
         raw = raw[len("file://") :]
     if not is_remote(raw):
-        absolute = str(Path(raw).expanduser().absolute())
+        try:
+            local = Path(raw).expanduser()
+        except RuntimeError:  # "~name" of no such user: the path as written
+            local = Path(raw)
+        absolute = str(local.absolute())
         return Location(absolute, absolute)
     scheme, _, rest = raw.partition("://")
+    shown = raw if raw.isprintable() else repr(raw)
     if scheme.lower() not in REMOTE_SCHEMES:
         raise DataDirError(
-            f"{raw}: unsupported URL scheme {scheme!r}; a data dir is a path or s3://bucket/prefix"
+            f"{shown}: unsupported URL scheme {scheme!r}; a data dir is a path or s3://bucket/prefix"
         )
-    rest = rest.strip("/")
-    if not rest or rest.startswith("/"):
-        raise DataDirError(f"{raw}: an s3:// location needs a bucket (s3://bucket/prefix)")
+    if rest.startswith("/") or not rest.strip("/"):
+        raise DataDirError(f"{shown}: an s3:// location needs a bucket (s3://bucket/prefix)")
+    rest = rest.rstrip("/")
     return Location(f"s3://{rest}", rest)
 
 
