@@ -294,12 +294,16 @@ class Dataset:
                 schema=empty.schema,
                 missing_columns="insert",
                 extra_columns="ignore",
-                # schema 1 stored nanosecond timestamps; a twin they lack comes from the (microsecond) time
-                cast_options=pl.ScanCastOptions(datetime_cast="nanosecond-downcast"),
+                # files store microseconds (schema 1: nanoseconds, and no twins); the twin-backed times
+                # are presented in nanoseconds, rebuilt from the twin
+                cast_options=pl.ScanCastOptions(datetime_cast=["nanosecond-downcast", "microsecond-upcast"]),
+            )
+            twins = {time: twin for time, twin in NANOSECOND_TWINS.items() if twin in empty.schema}
+            frame = frame.with_columns(
+                pl.coalesce(twin, pl.col(time).dt.epoch("ns")).alias(twin) for time, twin in twins.items()
             ).with_columns(
-                pl.coalesce(twin, pl.col(time).dt.epoch("us") * 1000).alias(twin)
-                for time, twin in NANOSECOND_TWINS.items()
-                if twin in empty.schema
+                pl.from_epoch(twin, "ns").dt.replace_time_zone("UTC").alias(time)
+                for time, twin in twins.items()
             )
         else:
             frame = empty.lazy()

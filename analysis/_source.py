@@ -82,15 +82,32 @@ def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict
 
 
 @cache
-def duckdb_types(table: str) -> Mapping[str, str]:
-    """Column name to DuckDB type name for one table of :mod:`tailcut.exporters.schema`."""
-    import duckdb
+def presented_schema(table: str) -> pa.Schema:
+    """A table's columns as the views and frames present them: the stored schema, except that a time
+    with a nanosecond twin (``start_time``, ``end_time``) is a nanosecond timestamp rebuilt from it (the
+    files store microseconds, for the engines that open nothing finer)."""
+    import pyarrow as pa
 
     from tailcut.exporters import schema
 
+    stored = schema.TABLES[table]
+    exact = pa.timestamp("ns", tz="UTC")
+    return pa.schema(
+        [
+            field.with_type(exact) if schema.NANOSECOND_TWINS.get(field.name) in stored.names else field
+            for field in stored
+        ]
+    )
+
+
+@cache
+def duckdb_types(table: str) -> Mapping[str, str]:
+    """Column name to DuckDB type name for one table as the views present it (:func:`presented_schema`)."""
+    import duckdb
+
     connection = duckdb.connect()
     try:
-        connection.register("empty", schema.TABLES[table].empty_table())
+        connection.register("empty", presented_schema(table).empty_table())
         rows = connection.execute("DESCRIBE SELECT * FROM empty").fetchall()
     finally:
         connection.close()
@@ -101,9 +118,7 @@ def empty_table(table: str) -> pa.Table:
     """A table's schema with no rows, plus the partition column (for a table with no files yet)."""
     import pyarrow as pa
 
-    from tailcut.exporters import schema
-
-    empty = schema.TABLES[table].empty_table()
+    empty = presented_schema(table).empty_table()
     return empty.append_column(PARTITION_COLUMN, pa.array([], pa.date32()))
 
 
@@ -135,17 +150,23 @@ def create_table_view(
 def current_columns(table: str, have: Mapping[str, str], scan: str) -> str:
     """A ``SELECT`` over ``scan`` (whose columns and DuckDB types are ``have``) giving today's schema.
 
-    Columns of another type (older files' nanosecond timestamps) are cast, a nanosecond twin no file has
-    comes from its timestamp, and a column no file has is a typed NULL; the partition column and any
-    column today's schema lacks pass through.
+    A time with a nanosecond twin is rebuilt from the twin at full precision (from itself in older files,
+    which stored nanoseconds and no twin), and the twin is filled the same way; other columns of another
+    type are cast, a column no file has is a typed NULL; the partition column and any column today's
+    schema lacks pass through.
     """
     from tailcut.exporters.schema import NANOSECOND_TWINS
 
     replaced, added = [], []
-    sources = {twin: time for time, twin in NANOSECOND_TWINS.items()}
-    for name, type_ in duckdb_types(table).items():
+    types = duckdb_types(table)
+    sources = {twin: time for time, twin in NANOSECOND_TWINS.items() if twin in types}
+    for name, type_ in types.items():
+        twin = NANOSECOND_TWINS.get(name) if name in sources.values() else None
         source = sources.get(name)
-        if source is not None and source in have:
+        if twin is not None and name in have:
+            exact = f"coalesce({twin}, epoch_ns({name}))" if twin in have else f"epoch_ns({name})"
+            replaced.append(f"timezone('UTC', make_timestamp_ns({exact})) AS {name}")
+        elif source is not None and source in have:
             exact = f"epoch_ns({source})"
             if name in have:
                 replaced.append(f"coalesce({name}, {exact}) AS {name}")

@@ -15,6 +15,8 @@ Conventions
   and ``traces`` (span order within a tree, durations). ``duration_ms`` and ``self_time_ms`` are computed
   from nanoseconds. Writers build rows with every time as Unix nanoseconds (:func:`from_nanoseconds`);
   :func:`upgrade` reads a file of an older schema into today's (schema 1 stored ``timestamp[ns]``).
+  tailcut's own DuckDB views and polars frames present ``start_time``/``end_time`` in nanoseconds again,
+  rebuilt from the twins (``tailcut.analysis._source.presented_schema``).
 * Durations are float milliseconds.
 * Payload columns (``request``, ``response``, ...) use Arrow's JSON extension type, so DuckDB reads them
   as ``JSON`` and ``request->>'$.model'`` works directly.

@@ -2,7 +2,8 @@
 
 Schema 1 stored ``timestamp[ns, tz=UTC]`` and had no ``start_time_ns``/``end_time_ns`` twins and no
 ``head_probability``; a data dir holding both generations reads as today's schema everywhere: DuckDB
-views, polars frames and the pyarrow reader the corpus exporter uses.
+views, polars frames and the pyarrow reader the corpus exporter uses. The views and frames present
+``start_time``/``end_time`` in nanoseconds again, rebuilt from the twins.
 """
 
 from __future__ import annotations
@@ -85,11 +86,13 @@ def test_new_files_store_microsecond_timestamps_and_exact_nanoseconds(mixed):
 def test_duckdb_views_read_both_generations_as_todays_schema(mixed):
     with Dataset(mixed) as data:
         assert dict(data.schema("spans")) | {"dt": "DATE"} == {**duckdb_types("spans"), "dt": "DATE"}
+        # start_time is presented in nanoseconds, rebuilt from the twin (old files: from their own ns)
         rows = data.sql(
-            "SELECT trace_id, min(start_time_ns) AS ns, epoch_us(min(start_time)) AS us FROM spans "
+            "SELECT trace_id, min(start_time_ns) AS ns, epoch_ns(min(start_time)) AS t FROM spans "
             "GROUP BY trace_id ORDER BY trace_id"
         ).rows()
-        assert rows == [(TRACE, START, START // 1000), (OLD_TRACE, START, START // 1000)]
+        assert rows == [(TRACE, START, START), (OLD_TRACE, START, START)]
+        assert dict(data.schema("spans"))["start_time"] == "TIMESTAMPTZ_NS"
         traces = data.sql("SELECT trace_id, start_time_ns, head_probability FROM traces ORDER BY 1").rows()
         assert traces == [(TRACE, START, 1.0), (OLD_TRACE, START, None)]
 
@@ -97,11 +100,11 @@ def test_duckdb_views_read_both_generations_as_todays_schema(mixed):
 def test_polars_frames_read_both_generations(mixed):
     with Dataset(mixed) as data:
         frame = data.spans(columns=["trace_id", "start_time", "start_time_ns"]).sort("trace_id")
-    assert frame.schema["start_time"] == pl.Datetime("us", "UTC")
-    # the old file's twin comes from its (now microsecond) timestamp
-    assert frame.group_by("trace_id").agg(pl.col("start_time_ns").min()).sort("trace_id").rows() == [
-        (TRACE, START),
-        (OLD_TRACE, START // 1000 * 1000),
+    assert frame.schema["start_time"] == pl.Datetime("ns", "UTC")
+    first = frame.group_by("trace_id").agg(pl.col("start_time_ns").min(), pl.col("start_time").min())
+    assert first.sort("trace_id").with_columns(pl.col("start_time").dt.epoch("ns")).rows() == [
+        (TRACE, START, START),
+        (OLD_TRACE, START, START),  # the old file's own nanoseconds
     ]
 
 
