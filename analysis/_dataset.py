@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tailcut.analysis import _findings, _source
 from tailcut.analysis._errors import QueryError, UnknownTraceError, query_error
 from tailcut.errors import MissingDependencyError
+from tailcut.exporters._location import location
 
 if TYPE_CHECKING:
     import duckdb
@@ -73,7 +74,8 @@ class Dataset:
     Parameters
     ----------
     path : str or path-like
-        The data dir: a local directory, or a URL DuckDB's ``httpfs`` reads (``s3://bucket/data``).
+        The data dir: a local directory, or ``s3://bucket/prefix`` (endpoint, region and credentials
+        from the standard AWS variables; see :mod:`tailcut.exporters._location`).
     threads : int, optional
         DuckDB worker threads (default: one per core).
 
@@ -99,12 +101,13 @@ class Dataset:
 
     def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:
         duckdb = _duckdb()
-        self.location = _source.normalize_location(path)
+        self._place = location(path)
+        #: the data dir as a string: an absolute path or an ``s3://`` URL
+        self.location = self._place.url
         self._connection: duckdb.DuckDBPyConnection = duckdb.connect(":memory:")
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
-        if _source.is_remote(self.location):
-            _source.ensure_remote_support(self._connection, self.location)
+        self._place.register_with(self._connection)
         self._present: dict[str, bool] = {}
         #: source key of the registered findings; None when none are, or they came from custom thresholds
         self._findings_key: str | None = None
@@ -279,15 +282,28 @@ class Dataset:
     def _scan(self, table: str, columns: Sequence[str] | None) -> pl.LazyFrame:
         import polars as pl
 
+        from tailcut.exporters.schema import NANOSECOND_TWINS
+
         empty = pl.from_arrow(_source.empty_table(table))
         assert isinstance(empty, pl.DataFrame)
         if self._present[table]:
             frame = pl.scan_parquet(
                 _source.table_glob(self.location, table),
                 hive_partitioning=True,
+                storage_options=self._place.polars_options(),
                 schema=empty.schema,
                 missing_columns="insert",
                 extra_columns="ignore",
+                # files store microseconds (schema 1: nanoseconds, and no twins); the twin-backed times
+                # are presented in nanoseconds, rebuilt from the twin
+                cast_options=pl.ScanCastOptions(datetime_cast=["nanosecond-downcast", "microsecond-upcast"]),
+            )
+            twins = {time: twin for time, twin in NANOSECOND_TWINS.items() if twin in empty.schema}
+            frame = frame.with_columns(
+                pl.coalesce(twin, pl.col(time).dt.epoch("ns")).alias(twin) for time, twin in twins.items()
+            ).with_columns(
+                pl.from_epoch(twin, "ns").dt.replace_time_zone("UTC").alias(time)
+                for time, twin in twins.items()
             )
         else:
             frame = empty.lazy()

@@ -9,8 +9,16 @@ outcomes, tokens) are exact counts over every trace seen. Every estimate carries
 and its sample (:class:`tailcut.analysis.stats.Estimate`).
 
 **Which traces are tail-kept.** A kept trace is *tail-kept* when a deterministic (tail) policy kept it:
-it is not in the baseline slice, or it is but its π is 1 (a failure that the slice happened to hold too).
+it is not in the baseline slice, or it is but its π is 1, or its head probability when it was head-sampled
+upstream (a failure that the slice happened to hold too).
 A baseline member with π < 1 was kept by the slice alone.
+
+**Head sampling upstream.** A trace that reached the collector through a head sampler has π = head ×
+tail (``head_probability`` in ``traces``). Head samplers decide from the trace id, independently of the
+outcome, so the traces seen are a uniform sample of the population and a rate over them is a rate of
+the population: the estimates use each kept trace's tail-stage probability ``π / head`` over the traces
+seen. When the head probabilities differ within a group (services sampled at different rates), each
+trace seen stands for ``1/head`` traces instead: π itself over N = Σ 1/head.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ if TYPE_CHECKING:
     from tailcut.analysis._dataset import Dataset
 
 #: SQL predicate (over ``traces``) of a tail-kept trace.
-TAIL_KEPT: Final = "(kept AND (NOT baseline OR inclusion_probability >= 1.0))"
+TAIL_KEPT: Final = "(kept AND (NOT baseline OR inclusion_probability >= coalesce(head_probability, 1.0)))"
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,8 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
     dataset.ensure_findings()
     table = dataset.sql_arrow(
         f"""
-        SELECT t.trace_id, t.inclusion_probability, t.baseline, {TAIL_KEPT} AS tail,
+        SELECT t.trace_id, t.inclusion_probability, coalesce(t.head_probability, 1) AS head, t.baseline,
+               {TAIL_KEPT} AS tail,
                coalesce(list(DISTINCT f.category) FILTER (WHERE f.category IS NOT NULL), []) AS categories
         FROM traces t LEFT JOIN findings f USING (trace_id)
         WHERE t.kept AND ({where})
@@ -119,16 +128,20 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
         params=list(params),
     )
     categories = table.column("categories").to_pylist()
-    (population,) = (
-        dataset.sql_arrow(
-            f"SELECT count(DISTINCT trace_id) AS n FROM traces t WHERE ({where})", params=list(params)
-        )
-        .column("n")
-        .to_pylist()
-    )
+    seen, weighted, heads = dataset.sql(
+        "SELECT count(*), sum(1 / h), count(DISTINCT h) FROM (SELECT "
+        f"any_value(coalesce(head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
+        params=list(params),
+    ).row(0)
+    pi = table.column("inclusion_probability").to_pylist()
+    head = table.column("head").to_pylist()
+    if heads <= 1:  # one head probability: the traces seen are a uniform sample; the tail stage's pi
+        probabilities, population = [p / h for p, h in zip(pi, head, strict=True)], seen
+    else:
+        probabilities, population = pi, max(round(weighted), len(pi))
     return GroupSample(
         population=population,
-        inclusion_probability=table.column("inclusion_probability").to_pylist(),
+        inclusion_probability=probabilities,
         baseline=table.column("baseline").to_pylist(),
         tail=table.column("tail").to_pylist(),
         hits={c: [c in found for found in categories] for c in CATEGORIES},

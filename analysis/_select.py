@@ -20,12 +20,10 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import AnalysisError
-from tailcut.analysis._source import is_remote
 
 if TYPE_CHECKING:
     from tailcut.analysis._dataset import Dataset
@@ -159,8 +157,6 @@ def select_corpus(
         raise AnalysisError(f"--baseline must be 0 or more, got {baseline}")
     if per_category is not None and per_category < 1:
         raise AnalysisError(f"--per-category must be 1 or more, got {per_category}")
-    if is_remote(dataset.location):
-        raise AnalysisError(f"{dataset.location}: selecting a corpus needs a local data dir")
     columns = [name for name, _ in dataset.schema("traces")]
     if stratify_by is not None and stratify_by not in columns:
         raise AnalysisError(
@@ -239,9 +235,7 @@ def select_corpus(
         "per_category": per_category,
         "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
     }
-    summary = write_corpus(
-        Path(dataset.location), selections, out, description=description, overwrite=overwrite
-    )
+    summary = write_corpus(dataset.location, selections, out, description=description, overwrite=overwrite)
     return CorpusSelection(summary, selections, len(incidents), len(sampled), strata, description)
 
 

@@ -1,21 +1,22 @@
 """Where a data dir's Parquet files are, and the DuckDB views that read them whatever their age.
 
-A data dir is local (a path) or remote (any URL DuckDB's ``httpfs`` extension reads: ``s3://``,
-``gs://``, ``https://`` ...). Its tables are hive-partitioned globs, ``spans/dt=*/*.parquet`` and
-``traces/dt=*/*.parquet``. Files written under an older schema lack the newer columns; ``union_by_name``
-fills them with NULL as long as one file has them, and a column no file has yet is added as a typed NULL,
-so a query written against today's schema runs over yesterday's files.
+A data dir is local (a path) or remote (``s3://bucket/prefix``, read through pyarrow's S3 filesystem:
+:mod:`tailcut.exporters._location`, which also says where the data is). Its tables are hive-partitioned
+globs, ``spans/dt=*/*.parquet`` and ``traces/dt=*/*.parquet``. Files written under an older schema lack
+the newer columns; ``union_by_name`` fills them with NULL as long as one file has them, a column no file
+has yet is added as a typed NULL, and older types are cast (:func:`current_columns`), so a query written
+against today's schema runs over yesterday's files.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from tailcut.analysis._errors import AnalysisError, NoDataError, data_read_error, is_data_read_error
+from tailcut.analysis._errors import NoDataError, data_read_error, is_data_read_error
+from tailcut.exporters._location import is_remote
 
 if TYPE_CHECKING:
     import duckdb
@@ -27,43 +28,9 @@ TABLES: Final = ("spans", "traces")
 PARTITION_COLUMN: Final = "dt"
 
 
-def is_remote(location: str) -> bool:
-    """Whether ``location`` is a URL (``s3://``, ``https://`` ...) rather than a local path."""
-    scheme, sep, _ = location.partition("://")
-    return bool(sep) and scheme.isalnum() and scheme.lower() != "file"
-
-
-def normalize_location(path: str | os.PathLike[str]) -> str:
-    """The data dir as a string DuckDB and polars accept: a URL unchanged, a path made absolute."""
-    text = os.fspath(path)
-    if is_remote(text):
-        return text.rstrip("/")
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    return str(Path(text).expanduser().absolute())
-
-
 def table_glob(location: str, table: str) -> str:
     """The glob of one table's Parquet files (hidden temporary files never match it)."""
     return f"{location}/{table}/**/*.parquet"
-
-
-def ensure_remote_support(connection: duckdb.DuckDBPyConnection, location: str) -> None:
-    """Load DuckDB's ``httpfs`` extension for a remote data dir, or say why it cannot be read."""
-    import duckdb
-
-    try:
-        connection.execute("LOAD httpfs")
-    except duckdb.Error:
-        try:
-            connection.execute("INSTALL httpfs")
-            connection.execute("LOAD httpfs")
-        except duckdb.Error as exc:
-            first = str(exc).splitlines()[0]
-            raise AnalysisError(
-                f"{location}: reading a remote data dir needs DuckDB's httpfs extension, which could not "
-                f"be loaded ({first})"
-            ) from None
 
 
 def damaged_file(location: str) -> str | None:
@@ -115,15 +82,32 @@ def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict
 
 
 @cache
-def duckdb_types(table: str) -> Mapping[str, str]:
-    """Column name to DuckDB type name for one table of :mod:`tailcut.exporters.schema`."""
-    import duckdb
+def presented_schema(table: str) -> pa.Schema:
+    """A table's columns as the views and frames present them: the stored schema, except that a time
+    with a nanosecond twin (``start_time``, ``end_time``) is a nanosecond timestamp rebuilt from it (the
+    files store microseconds, for the engines that open nothing finer)."""
+    import pyarrow as pa
 
     from tailcut.exporters import schema
 
+    stored = schema.TABLES[table]
+    exact = pa.timestamp("ns", tz="UTC")
+    return pa.schema(
+        [
+            field.with_type(exact) if schema.NANOSECOND_TWINS.get(field.name) in stored.names else field
+            for field in stored
+        ]
+    )
+
+
+@cache
+def duckdb_types(table: str) -> Mapping[str, str]:
+    """Column name to DuckDB type name for one table as the views present it (:func:`presented_schema`)."""
+    import duckdb
+
     connection = duckdb.connect()
     try:
-        connection.register("empty", schema.TABLES[table].empty_table())
+        connection.register("empty", presented_schema(table).empty_table())
         rows = connection.execute("DESCRIBE SELECT * FROM empty").fetchall()
     finally:
         connection.close()
@@ -134,9 +118,7 @@ def empty_table(table: str) -> pa.Table:
     """A table's schema with no rows, plus the partition column (for a table with no files yet)."""
     import pyarrow as pa
 
-    from tailcut.exporters import schema
-
-    empty = schema.TABLES[table].empty_table()
+    empty = presented_schema(table).empty_table()
     return empty.append_column(PARTITION_COLUMN, pa.array([], pa.date32()))
 
 
@@ -155,16 +137,49 @@ def create_table_view(
     import duckdb
 
     try:
-        have = {row[0] for row in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
+        have = {
+            name: type_ for name, type_, *_ in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()
+        }
     except duckdb.Error as exc:
         if not is_data_read_error(exc):
             raise
         raise data_read_error(exc, location) from None
-    missing = [
-        f"CAST(NULL AS {type_}) AS {name}" for name, type_ in duckdb_types(table).items() if name not in have
-    ]
-    extra = "".join(f", {column}" for column in missing)
-    connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT *{extra} FROM {scan}")
+    connection.execute(f"CREATE OR REPLACE VIEW {table} AS {current_columns(table, have, scan)}")
+
+
+def current_columns(table: str, have: Mapping[str, str], scan: str) -> str:
+    """A ``SELECT`` over ``scan`` (whose columns and DuckDB types are ``have``) giving today's schema.
+
+    A time with a nanosecond twin is rebuilt from the twin at full precision (from itself in older files,
+    which stored nanoseconds and no twin), and the twin is filled the same way; other columns of another
+    type are cast, a column no file has is a typed NULL; the partition column and any column today's
+    schema lacks pass through.
+    """
+    from tailcut.exporters.schema import NANOSECOND_TWINS
+
+    replaced, added = [], []
+    types = duckdb_types(table)
+    sources = {twin: time for time, twin in NANOSECOND_TWINS.items() if twin in types}
+    for name, type_ in types.items():
+        twin = NANOSECOND_TWINS.get(name) if name in sources.values() else None
+        source = sources.get(name)
+        if twin is not None and name in have:
+            exact = f"coalesce({twin}, epoch_ns({name}))" if twin in have else f"epoch_ns({name})"
+            replaced.append(f"timezone('UTC', make_timestamp_ns({exact})) AS {name}")
+        elif source is not None and source in have:
+            exact = f"epoch_ns({source})"
+            if name in have:
+                replaced.append(f"coalesce({name}, {exact}) AS {name}")
+            else:
+                added.append(f"{exact} AS {name}")
+        elif name not in have:
+            added.append(f"CAST(NULL AS {type_}) AS {name}")
+        elif have[name] != type_:
+            # truncated like the writer truncates, not rounded as a cast from nanoseconds would be
+            value = f"date_trunc('microseconds', {name})" if have[name].startswith("TIMESTAMP") else name
+            replaced.append(f"CAST({value} AS {type_}) AS {name}")
+    star = f"* REPLACE ({', '.join(replaced)})" if replaced else "*"
+    return f"SELECT {', '.join([star, *added])} FROM {scan}"
 
 
 def quote(text: str) -> str:

@@ -20,7 +20,7 @@ _data_option = click.option(
     "data_dir",
     required=True,
     metavar="DIR",
-    help="The data dir (local path, or a URL DuckDB's httpfs reads, e.g. s3://bucket/data).",
+    help="The data dir: a local path, or s3://bucket/prefix (standard AWS variables).",
 )
 
 
@@ -63,7 +63,7 @@ def _reads_data(command: _Command) -> _Command:
         import duckdb
 
         from tailcut.analysis._errors import data_read_error, is_data_read_error
-        from tailcut.analysis._source import normalize_location
+        from tailcut.exporters._location import location
 
         try:
             return command(*args, **kwargs)
@@ -71,7 +71,7 @@ def _reads_data(command: _Command) -> _Command:
             if not is_data_read_error(exc):
                 raise
             data_dir = kwargs.get("data_dir")
-            raise data_read_error(exc, normalize_location(data_dir) if data_dir else None) from None
+            raise data_read_error(exc, location(data_dir).url if data_dir else None) from None
 
     return run  # type: ignore[return-value]
 

@@ -394,7 +394,8 @@ def template_table(spans: list[Span], trace_ids: list[str], first: int, rng: np.
             columns["self_time_ms"].append(duration)
             columns["scope_name"].append("bench")
             columns["is_orphan"].append(False)
-    return pa.Table.from_pydict(columns, schema=schema.SPANS)
+    given = pa.Table.from_pydict(columns, schema=schema.nanosecond_fields("spans"))  # times in ns
+    return schema.from_nanoseconds("spans", dict(zip(given.column_names, given.columns, strict=True)))
 
 
 def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) -> pa.Table:
@@ -407,7 +408,8 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
         """
         SELECT trace_id, any_value(service_name) AS service_name, 'support-agent' AS root_name,
                'support-agent' AS agent_name, min(start_time) AS start_time, max(end_time) AS end_time,
-               (epoch_ns(max(end_time)) - epoch_ns(min(start_time))) / 1e6 AS duration_ms,
+               min(start_time_ns) AS start_time_ns, max(end_time_ns) AS end_time_ns,
+               (max(end_time_ns) - min(start_time_ns)) / 1e6 AS duration_ms,
                count(*)::INT AS span_count, count(*) FILTER (WHERE status_code = 'ERROR')::INT AS error_count,
                count(*) FILTER (WHERE kind = 'llm')::INT AS llm_calls,
                count(*) FILTER (WHERE kind = 'tool' AND attempt = 1)::INT AS tool_calls,
@@ -433,6 +435,7 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
         ),
         "baseline": pa.array(member),
         "inclusion_probability": pa.array([1.0 if failing else p] * n),
+        "head_probability": pa.array([1.0] * n),
         "decision_reason": pa.array(["root_end"] * n),
         "decided_at": rows.column("end_time"),
         "env_revision": pa.array(["e1"] * n),

@@ -112,9 +112,9 @@ class TailcutProcessorConfig:
 
 @dataclass(frozen=True)
 class ParquetExporterConfig:
-    """``exporters.tailcut_parquet``: the data dir and when files roll."""
+    """``exporters.tailcut_parquet``: the data dir (a path or ``s3://bucket/prefix``) and when files roll."""
 
-    path: Path = Path("tailcut-data")
+    path: str = "tailcut-data"
     roll_bytes: int = 64 * MIB
     roll_seconds: float = 60.0
 
@@ -156,7 +156,7 @@ class CollectorConfig:
         config = self
         if overrides.get("data") is not None:
             parquet = config.parquet or ParquetExporterConfig()
-            config = replace(config, parquet=replace(parquet, path=Path(overrides["data"])))
+            config = replace(config, parquet=replace(parquet, path=os.fspath(overrides["data"])))
         if overrides.get("http") is not None:
             host, port = _endpoint_override("--http", overrides["http"])
             config = replace(config, http=replace(config.http or HttpReceiverConfig(), host=host, port=port))
@@ -585,7 +585,7 @@ def _parquet_exporter(block: Node) -> ParquetExporterConfig:
     keys = block.mapping(("path", "roll_size_mib", "roll_age"))
     defaults = ParquetExporterConfig()
     return ParquetExporterConfig(
-        path=Path(keys["path"].as_str()) if "path" in keys else defaults.path,
+        path=keys["path"].as_str() if "path" in keys else defaults.path,
         roll_bytes=int(keys["roll_size_mib"].as_number(minimum=0.001) * MIB)
         if "roll_size_mib" in keys
         else defaults.roll_bytes,

@@ -13,7 +13,10 @@ Rules (DESIGN.md section 3):
   independent except ``probabilistic`` policies with the same salt, which are nested (the smaller
   slice lies inside the larger) and so count once with the largest ratio. It is 1 when a deterministic
   policy kept the trace, p when only the baseline did, and is also given for dropped traces (the chance
-  they had).
+  they had);
+* sampling stages compose: a trace that reached the collector through a head sampler upstream (its
+  spans' W3C ``tracestate`` ``ot=th:``, :mod:`._headsampling`) had ``head_probability`` of getting here,
+  independent of the tail stage, so pi is ``head_probability`` times the tail stage's probability.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ class TraceDecision:
     policies: tuple[str, ...]
     baseline: bool
     inclusion_probability: float
+    #: the head sampler's probability, a factor of ``inclusion_probability`` (1 when none sampled upstream)
+    head_probability: float = 1.0
+    #: kept by the uniform slice alone (no other policy voted to sample): forwarded spans then state pi
+    #: as their ``tracestate`` threshold
+    slice_only: bool = False
 
 
 class PolicySet:
@@ -68,7 +76,7 @@ class PolicySet:
         """Evaluate every policy on ``trace``; return the decision and each policy's vote (config order)."""
         votes = [policy.evaluate(trace, now) for policy in self.policies]
         matched: list[str] = []
-        dropped = sampled = baseline = False
+        dropped = sampled = baseline = other_sample = False
         no_drop = 1.0
         hit = 0.0  # P(some sampling policy votes to sample), accumulated over independent policies
         slices = [0.0] * self._slice_groups
@@ -76,6 +84,7 @@ class PolicySet:
             if decision is _SAMPLED:
                 sampled = True
                 baseline = baseline or role == _SLICE
+                other_sample = other_sample or role != _SLICE
                 matched.append(policy.name)
             elif decision is _DROPPED:
                 dropped = True
@@ -88,7 +97,10 @@ class PolicySet:
                 slices[group] = probability
         for ratio in slices:
             hit += (1.0 - hit) * ratio
-        decision = TraceDecision(sampled and not dropped, tuple(matched), baseline, no_drop * hit)
+        head = trace.head_probability
+        kept = sampled and not dropped
+        pi = head * no_drop * hit
+        decision = TraceDecision(kept, tuple(matched), baseline, pi, head, kept and not other_sample)
         return decision, votes
 
 

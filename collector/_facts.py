@@ -14,6 +14,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tailcut import attributes as attr
+from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters import _names as names
 from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
@@ -119,6 +120,11 @@ def buffered_span(
     if end > tally.end_ns:
         tally.end_ns = end
     tally.status_mask |= 1 << status
+    tracestate = span.trace_state
+    if tracestate:
+        found = threshold(tracestate)
+        if found is not None and found > tally.head_threshold:
+            tally.head_threshold = found
     input_tokens = output_tokens = violations = 0
     tool_key = None
     if kind == "llm":

@@ -101,8 +101,11 @@ def read_decided(payload: bytes) -> tuple[bytes, int, TraceRow]:
 
 
 def decision_of(row: TraceRow) -> TraceDecision:
-    """The decision a ``traces`` row records."""
-    return TraceDecision(row.kept, tuple(row.policies), row.baseline, row.inclusion_probability)
+    """The decision a ``traces`` row records (``slice_only`` is not in the row: a decision replayed from
+    the log forwards its spans with their upstream ``tracestate`` as received)."""
+    return TraceDecision(
+        row.kept, tuple(row.policies), row.baseline, row.inclusion_probability, row.head_probability
+    )
 
 
 def closed_record(trace_id: bytes) -> tuple[int, bytes]:

@@ -98,6 +98,7 @@ def _build_lazy_types() -> tuple[type[Message], type[Message]]:
         [
             ("trace_id", 1, _FIELD.TYPE_BYTES, optional, ""),
             ("span_id", 2, _FIELD.TYPE_BYTES, optional, ""),
+            ("trace_state", 3, _FIELD.TYPE_BYTES, optional, ""),  # W3C tracestate: head sampling
             ("parent_span_id", 4, _FIELD.TYPE_BYTES, optional, ""),
             ("name", 5, _FIELD.TYPE_BYTES, optional, ""),
             ("start_time_unix_nano", 7, _FIELD.TYPE_FIXED64, optional, ""),

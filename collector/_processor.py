@@ -65,6 +65,7 @@ from tailcut.collector._journal import (
     read_spans,
     spans_record,
 )
+from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, bad_request, overloaded, parse_framed
 from tailcut.collector._receivers import IngestResult
@@ -705,7 +706,13 @@ class Processor:
                 for key, items in found.items():
                     values[key] = [*values.get(key, ()), *items]
         view = TraceView(
-            trace.trace_id, signals.span_count, signals.start_ns, signals.end_ns, signals.status_mask, values
+            trace.trace_id,
+            signals.span_count,
+            signals.start_ns,
+            signals.end_ns,
+            signals.status_mask,
+            values,
+            head_probability(trace.tally.head_threshold),
         )
         decision, votes = self.policies.decide(view, now)
         if decision.baseline or not self.policies.baseline_policies:
@@ -747,6 +754,7 @@ class Processor:
             policies=list(decision.policies),
             baseline=decision.baseline,
             inclusion_probability=decision.inclusion_probability,
+            head_probability=decision.head_probability,
             decision_reason=reason,
             decided_at=time.time_ns(),
             env_revision=_text(root_values.get("env_revision")),

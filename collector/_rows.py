@@ -3,7 +3,7 @@
 One row is built per trace on the event loop, so a row is a plain tuple (cheap to build) rather than a
 dict, and the writer turns a batch of them into columns with one ``pa.array`` call per column instead of
 ``Table.from_pylist``'s per-cell work. A test checks the field order against
-:data:`tailcut.exporters.schema.TRACES`.
+:func:`tailcut.exporters.schema.nanosecond_fields` of ``traces``.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class TraceRow(NamedTuple):
     policies: list[str]
     baseline: bool
     inclusion_probability: float
+    head_probability: float
     decision_reason: str
     decided_at: int
     env_revision: str | None
@@ -54,6 +55,7 @@ class TraceRow(NamedTuple):
 
 def traces_table(rows: Sequence[TraceRow]) -> pa.Table:
     """The rows as a table with the ``traces`` schema."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.TRACES]
-    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, schema.TRACES, strict=True)]
-    return pa.Table.from_arrays(arrays, schema=schema.TRACES)
+    fields = schema.nanosecond_fields("traces")
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
+    arrays = {f.name: pa.array(column, type=f.type) for column, f in zip(columns, fields, strict=True)}
+    return schema.from_nanoseconds("traces", arrays)

@@ -24,12 +24,13 @@ class SignalTally:
     Everything else is counted from the buffered spans at decision time, when the tree is known.
     """
 
-    __slots__ = ("end_ns", "start_ns", "status_mask")
+    __slots__ = ("end_ns", "head_threshold", "start_ns", "status_mask")
 
     def __init__(self) -> None:
         self.start_ns = -1
         self.end_ns = 0
         self.status_mask = 0  # bit ``1 << code`` for each OTLP status code seen
+        self.head_threshold = 0  # the largest ``ot=th:`` rejection threshold among the spans (0: none)
 
 
 @dataclass(slots=True)

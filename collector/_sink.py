@@ -34,11 +34,13 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from tailcut import attributes as attr
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import TraceDecision
-from tailcut.collector._encode import SPAN_TAG, encode_request
+from tailcut.collector._encode import SPAN_TAG, encode_request, field
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._forward import ForwardQueue, make_forwarder
+from tailcut.collector._headsampling import forwarded_tracestate
 from tailcut.collector._journal import published_record
 from tailcut.collector._metrics import CollectorMetrics
+from tailcut.collector._otlp import SpanFacts
 from tailcut.collector._rows import TraceRow, traces_table
 from tailcut.collector._wal import WriteAheadLog
 from tailcut.errors import TailcutError
@@ -502,7 +504,9 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
     """One encoded ``ExportTraceServiceRequest`` holding the spans of ``group`` with their attributes added.
 
     Spans keep the resource and scope they arrived under; every span gets the sampling attributes of its
-    trace and the root span the trace signals, appended to its bytes. The request is written directly
+    trace and the root span the trace signals, appended to its bytes; a span of a trace kept by the uniform
+    slice alone also gets a ``tracestate`` whose ``ot=th:`` states the trace's π (:mod:`._headsampling`).
+    The request is written directly
     in protobuf's wire format (a few byte joins), since the spans already are.
     """
     by_origin: dict[int, tuple[Any, list[bytes]]] = {}
@@ -516,12 +520,24 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
             if entry is None:
                 entry = by_origin[id(origin)] = (origin, [])
             data = span.data
+            if decision.slice_only:
+                data += _restated_threshold(data, decision.inclusion_probability)
             if index == root_index:
                 added = extra + encode_attributes(item.signal_attributes)
                 entry[1].append(SPAN_TAG + encode_varint(len(data) + len(added)) + data + added)
             else:
                 entry[1].append(SPAN_TAG + encode_varint(len(data) + len(extra)) + data + extra)
     return encode_request(by_origin.values())
+
+
+_TRACE_STATE = 3  # Span.trace_state
+
+
+def _restated_threshold(data: bytes, pi: float) -> bytes:
+    """A ``Span.trace_state`` field to append to an encoded span (the last one wins) stating ``pi`` as
+    its ``ot=th:`` threshold: the span's trace was kept by the uniform slice alone."""
+    tracestate = SpanFacts.FromString(data).trace_state.decode("utf-8", "replace")
+    return field(_TRACE_STATE, forwarded_tracestate(tracestate, pi).encode("utf-8"))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -87,6 +87,7 @@ class TraceView:
     end_ns: int
     status_mask: int = 0
     values: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    head_probability: float = 1.0
 
     @property
     def duration_ms(self) -> int:

@@ -35,7 +35,7 @@ from tailcut.errors import TailcutError
     "--data",
     type=click.Path(file_okay=False),
     default=None,
-    help="Data dir for Parquet (overrides exporters.tailcut_parquet.path).",
+    help="Data dir for Parquet, a path or s3://bucket/prefix (overrides exporters.tailcut_parquet.path).",
 )
 @click.option(
     "--http",

@@ -395,7 +395,7 @@ def _nested_column(
 def _event(event: Any) -> dict[str, Any]:
     return {
         "name": event.name,
-        "time": event.time_ns,
+        "time": event.time_ns // 1000,  # microseconds, the unit of schema.TIMESTAMP
         "attributes": [(k, value_text(v)) for k, v in event.attributes.items()],
     }
 
@@ -449,8 +449,8 @@ def normalize(batch: DecodedSpans) -> pa.Table:
         "kind": pa.array(_KIND_NAMES[kind[order]], pa.string()),
         "span_kind": batch.span_kind.take(take),
         "service_name": pa.array(services[batch.resource_index[order]], pa.string()),
-        "start_time": pa.array(start[order]).cast(schema.TIMESTAMP),
-        "end_time": pa.array(end[order]).cast(schema.TIMESTAMP),
+        "start_time": pa.array(start[order]),
+        "end_time": pa.array(end[order]),
         "duration_ms": pa.array((end - start)[order] / 1e6),
         "status_code": batch.status_code.take(take),
         "status_message": batch.status_message.take(take),
@@ -473,4 +473,4 @@ def normalize(batch: DecodedSpans) -> pa.Table:
     for name, type_ in _INTEGER_COLUMNS.items():
         values = numbers[name]
         data[name] = pa.array(values.data[order], type_, mask=np.ma.getmaskarray(values)[order])
-    return pa.Table.from_arrays([data[f.name] for f in schema.SPANS], schema=schema.SPANS)
+    return schema.from_nanoseconds("spans", data)

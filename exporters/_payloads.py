@@ -16,14 +16,18 @@ import orjson
 import pyarrow as pa
 
 from tailcut import attributes as attr
+from tailcut.exporters._location import is_remote
 from tailcut.payloads import STUB_KEY, PayloadMissing, PayloadStore, PayloadStoreError, stub_ref
 
 PAYLOADS_DIR: Final = "payloads"
 _STUB_START: Final = '{"' + STUB_KEY + '"'
 
 
-def data_dir_store(data_dir: str | Path) -> PayloadStore:
-    """The payload store inside a data dir (``DATA/payloads``)."""
+def data_dir_store(data_dir: str | Path) -> PayloadStore | None:
+    """The payload store inside a data dir (``DATA/payloads``); None for an ``s3://`` data dir (a payload
+    store is a local directory)."""
+    if is_remote(data_dir):
+        return None
     return PayloadStore(Path(data_dir) / PAYLOADS_DIR)
 
 
@@ -79,11 +83,14 @@ def referenced_payloads(table: pa.Table) -> set[str]:
     return refs
 
 
-def copy_payloads(table: pa.Table, sources: Sequence[PayloadStore], target: PayloadStore) -> int:
+def copy_payloads(table: pa.Table, sources: Sequence[PayloadStore], target: PayloadStore | None) -> int:
     """Copy the payloads ``table`` references from ``sources`` into ``target``; return how many are missing.
 
-    Each copy is verified against its hash on the way (a corrupt source copy counts as missing).
+    Each copy is verified against its hash on the way (a corrupt source copy counts as missing). Without a
+    target (a remote data dir) every referenced payload is missing from the data dir.
     """
+    if target is None:
+        return len(referenced_payloads(table))
     missing = 0
     for ref in referenced_payloads(table):
         if target.has(ref):

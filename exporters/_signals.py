@@ -208,6 +208,7 @@ def traces_row(
     policies: Sequence[str] = (),
     baseline: bool = False,
     inclusion_probability: float = 1.0,
+    head_probability: float = 1.0,
     decided_at_ns: int | None = None,
     anomaly_score: float | None = None,
     late_spans: int = 0,
@@ -227,7 +228,9 @@ def traces_row(
     baseline
         Whether the trace is in the uniform (probabilistic) slice.
     inclusion_probability
-        π, the probability the design kept it (in (0, 1]).
+        π, the probability the design kept it (in (0, 1]), head sampling included.
+    head_probability
+        The probability a head sampler upstream passed the trace on (1: none did).
     decided_at_ns
         When the decision was made (default: now).
     anomaly_score
@@ -271,6 +274,7 @@ def traces_row(
         "policies": list(policies),
         "baseline": baseline,
         "inclusion_probability": float(inclusion_probability),
+        "head_probability": float(head_probability),
         "decision_reason": decision_reason,
         "decided_at": time.time_ns() if decided_at_ns is None else decided_at_ns,
         "env_revision": signals.env_revision,
@@ -386,7 +390,8 @@ def _nanoseconds(value: Any) -> int:
 
 
 def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
-    """The facts of a ``spans`` row (a dict of its columns; times as ns integers or datetimes).
+    """The facts of a ``spans`` row (a dict of its columns; times from ``start_time_ns`` and ``end_time_ns``
+    when it has them, else ``start_time`` and ``end_time`` as ns integers or datetimes).
 
     The row's ``kind`` is used as is (it already went through the nested-call rule).
     """
@@ -401,8 +406,8 @@ def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
         name=row["name"],
         kind=row["kind"],
         failed=row.get("status_code") == "ERROR",
-        start_ns=_nanoseconds(row["start_time"]),
-        end_ns=_nanoseconds(row["end_time"]),
+        start_ns=_nanoseconds(row.get("start_time_ns", row.get("start_time"))),
+        end_ns=_nanoseconds(row.get("end_time_ns", row.get("end_time"))),
         input_tokens=row.get("input_tokens") or 0,
         output_tokens=row.get("output_tokens") or 0,
         boundary=row.get("boundary"),
@@ -426,8 +431,8 @@ _FACT_COLUMNS: Final = (
     "name",
     "kind",
     "status_code",
-    "start_time",
-    "end_time",
+    "start_time_ns",
+    "end_time_ns",
     "input_tokens",
     "output_tokens",
     "boundary",
@@ -442,9 +447,6 @@ _FACT_COLUMNS: Final = (
 def facts_from_table(table: pa.Table) -> list[SpanFacts]:
     """:func:`facts_from_row` for every row of a ``spans`` table."""
     columns = table.select(list(_FACT_COLUMNS))
-    for name in ("start_time", "end_time"):
-        position = columns.schema.get_field_index(name)
-        columns = columns.set_column(position, name, columns.column(name).cast(pa.int64()))
     return [facts_from_row(row) for row in columns.to_pylist()]
 
 

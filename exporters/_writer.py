@@ -7,8 +7,10 @@ each sorted by ``trace_id`` then ``span_index`` (a trace written in one call sta
 is closed and published once it reaches ``roll_bytes`` or its oldest row is ``roll_seconds`` old (checked
 on every write and by :meth:`DataDirWriter.flush_if_due`, which a caller with no writes for a while should
 call periodically). Files are zstd-compressed, carry the schema version in their metadata and appear
-atomically (see :mod:`._atomic`); JSON columns are checked so one bad value cannot make a file unreadable
-(:mod:`._json_columns`).
+atomically (see :mod:`._atomic`). The data dir may be an ``s3://bucket/prefix`` URL (:mod:`._location`):
+files are then written in a local staging directory and each is uploaded whole when it is published, so
+the object store only ever holds finished files. JSON columns are checked so one bad value cannot make a
+file unreadable (:mod:`._json_columns`).
 
 Encoding and compressing a row group is the expensive part and releases the GIL, so by default it runs on
 one background thread while the caller goes on normalising the next batch; at most two row groups wait for
@@ -23,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,12 +44,13 @@ from tailcut.exporters import schema
 from tailcut.exporters._atomic import part_names, publish, stale_temporaries
 from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._json_columns import readable_json
+from tailcut.exporters._location import Location, location
 from tailcut.exporters._row_order import sort_rows
 
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_ROLL_SECONDS: Final = 60.0
 DEFAULT_ROW_GROUP_ROWS: Final = 100_000
-_DAY_NS: Final = 86_400 * 10**9
+_DAY_US: Final = 86_400 * 10**6  # schema.TIMESTAMP is in microseconds
 _SORT_KEYS: Final = {
     "spans": [("trace_id", "ascending"), ("span_index", "ascending")],
     "traces": [("trace_id", "ascending")],
@@ -121,7 +126,9 @@ class DataDirWriter:
     Parameters
     ----------
     data_dir
-        The data dir; created if missing. Temporary files left by a crashed writer are removed.
+        The data dir, a path or an ``s3://bucket/prefix`` URL; created if missing. Temporary files left
+        by a crashed writer are removed (a remote data dir's temporary files are in a local staging
+        directory of their own, removed on close).
     roll_bytes
         Close a file once it is this large.
     roll_seconds
@@ -164,7 +171,12 @@ class DataDirWriter:
     ) -> None:
         if roll_bytes < 1 or roll_seconds <= 0 or row_group_rows < 1:
             raise ValueError("roll_bytes, roll_seconds and row_group_rows must be positive")
-        self.root = Path(data_dir)
+        self.location = location(data_dir)
+        self._remote: Location | None = self.location if self.location.remote else None
+        #: where files are written: the data dir itself, or the local staging directory of a remote one
+        self.root = (
+            self.location.local_path() if self._remote is None else Path(tempfile.mkdtemp(prefix="tailcut-"))
+        )
         self.roll_bytes = roll_bytes
         self.roll_seconds = roll_seconds
         self.row_group_rows = row_group_rows
@@ -180,7 +192,7 @@ class DataDirWriter:
             for stale in stale_temporaries(self.root):
                 stale.unlink(missing_ok=True)
         except OSError as exc:
-            raise DataDirError(f"cannot use data dir {self.root}: {exc.strerror or exc}") from None
+            raise DataDirError(f"cannot use data dir {self.location}: {exc.strerror or exc}") from None
         self._worker = _Worker() if background else None
 
     # --- public ------------------------------------------------------------------------------------------
@@ -190,12 +202,11 @@ class DataDirWriter:
         self._write("spans", table, _trace_days(table))
 
     def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
-        """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers)."""
-        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=schema.TRACES)
-        table = _conform("traces", table)
-        start = table.column("start_time").cast(pa.int64())
-        decided = table.column("decided_at").cast(pa.int64())
-        days = np.floor_divide(pc.coalesce(start, decided).to_numpy(), _DAY_NS)
+        """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers,
+        :func:`~tailcut.exporters.schema.nanosecond_fields`)."""
+        table = _conform("traces", rows if isinstance(rows, pa.Table) else schema.from_rows("traces", rows))
+        start = pc.coalesce(table.column("start_time"), table.column("decided_at"))
+        days = np.floor_divide(start.cast(pa.int64()).to_numpy(), _DAY_US)
         self._write("traces", table, days)
 
     def flush_if_due(self) -> None:
@@ -228,6 +239,8 @@ class DataDirWriter:
             finally:
                 if self._worker is not None:
                     self._worker.stop()
+                if self._remote is not None:
+                    shutil.rmtree(self.root, ignore_errors=True)
 
     def abort(self) -> None:
         """Stop at once without publishing anything: files being written are deleted (after an I/O error).
@@ -255,7 +268,7 @@ class DataDirWriter:
             return
         with self._lock:
             if self._closed:
-                raise DataDirError(f"the writer for {self.root} is closed")
+                raise DataDirError(f"the writer for {self.location} is closed")
             self._raise_failure()
             for day in np.unique(days).tolist():
                 part = table if len(days) and (days == day).all() else table.filter(pa.array(days == day))
@@ -323,14 +336,23 @@ class DataDirWriter:
                 assert partition.temporary is not None and partition.final is not None
                 if self._before_publish is not None:
                     self._before_publish(partition.name, partition.final.relative_to(self.root).as_posix())
-                publish(partition.temporary, partition.final)
+                self._publish_file(partition.temporary, partition.final)
                 partition.writer = partition.temporary = partition.final = None
         except OSError as exc:
             self._abandon(partition)
-            raise DataDirError(f"cannot write {partition.directory}: {exc.strerror or exc}") from None
+            where = self.location.child(*partition.directory.relative_to(self.root).parts)
+            raise DataDirError(f"cannot write {where}: {exc.strerror or exc}") from None
         except Exception:
             self._abandon(partition)
             raise
+
+    def _publish_file(self, temporary: Path, final: Path) -> None:
+        """Make a finished file visible: renamed in place, or uploaded whole to the remote data dir."""
+        if self._remote is None:
+            publish(temporary, final)
+            return
+        self._remote.upload(temporary, final.relative_to(self.root).as_posix())
+        temporary.unlink()
 
     def _open_file(self, partition: _Partition) -> None:
         partition.directory.mkdir(parents=True, exist_ok=True)
@@ -373,10 +395,10 @@ def _trace_days(table: pa.Table) -> np.ndarray:
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     trace = pc.dictionary_encode(table.column("trace_id")).combine_chunks().indices.to_numpy()
-    start = table.column("start_time").cast(pa.int64()).to_numpy()
+    start = table.column("start_time").cast(pa.int64()).to_numpy()  # microseconds
     earliest = np.full(int(trace.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(earliest, trace, start)
-    return np.floor_divide(earliest[trace], _DAY_NS)
+    return np.floor_divide(earliest[trace], _DAY_US)
 
 
 def _day_name(day: int) -> str:

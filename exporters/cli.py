@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import click
@@ -26,7 +25,7 @@ _PROGRESS_BYTES = 16 * 1024 * 1024
     "data_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=str),
-    help="The data dir to write to (created if missing).",
+    help="The data dir to write to, a path or s3://bucket/prefix (created if missing).",
 )
 @click.option(
     "--skip-bad", is_flag=True, help="Skip bad records (and files) instead of stopping at the first."
@@ -92,8 +91,8 @@ def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: 
     "--data",
     "data_dir",
     required=True,
-    type=click.Path(file_okay=False, exists=True, path_type=str),
-    help="The data dir the traces were written to.",
+    metavar="DIR",
+    help="The data dir the traces were written to (a path or s3://bucket/prefix).",
 )
 @click.option(
     "--trace",
@@ -119,7 +118,7 @@ def export_corpus(data_dir: str, trace_ids: tuple[str, ...], out: str, overwrite
     if bad is not None:
         raise click.ClickException(f"--trace {bad!r} is not a trace id (32 hex characters)")
     try:
-        sampling = _sampling(Path(data_dir), ids)
+        sampling = _sampling(data_dir, ids)
         selections = [
             Selection(
                 trace_id,
@@ -139,25 +138,24 @@ def export_corpus(data_dir: str, trace_ids: tuple[str, ...], out: str, overwrite
         click.echo(f"not replayable: {trace_id}: {why}")
 
 
-def _sampling(data_dir: Path, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
+def _sampling(data_dir: str, trace_ids: list[str]) -> dict[str, dict[str, Any]]:
     """π and baseline membership of each trace, from its latest row in the data dir's ``traces`` table."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from tailcut.exporters import schema
     from tailcut.exporters._errors import DataDirError
+    from tailcut.exporters._location import location, read_table
 
-    traces_dir = data_dir / "traces"
-    if not traces_dir.is_dir():
-        return {}
+    place = location(data_dir)
     try:
-        dataset = ds.dataset(traces_dir, format="parquet", partitioning="hive", schema=schema.TRACES)
-        table = dataset.to_table(
-            columns=["trace_id", "inclusion_probability", "baseline", "decided_at"],
-            filter=ds.field("trace_id").isin(trace_ids),
+        table = read_table(
+            place,
+            "traces",
+            ["trace_id", "inclusion_probability", "baseline", "decided_at"],
+            ds.field("trace_id").isin(trace_ids),
         )
     except (OSError, pa.ArrowException) as exc:
-        raise DataDirError(f"cannot read the traces table of {data_dir}: {exc}") from None
+        raise DataDirError(f"cannot read the traces table of {place}: {exc}") from None
     latest_last = table.sort_by([("decided_at", "ascending")]).drop_columns(["decided_at"])
     found: dict[str, dict[str, Any]] = {}
     for row in latest_last.to_pylist():

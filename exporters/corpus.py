@@ -15,7 +15,8 @@ The corpus is built in a temporary directory beside ``out`` and renamed into pla
 leaves nothing behind. The format (file names, manifest keys, schemas, integrity check) is defined in
 :mod:`tailcut.exporters.corpus_format`; what is taken from spans of other instrumentations (the run's
 input from its parentless span, third-party llm crossings as Chat Completions exchanges), in
-:mod:`tailcut.exporters._corpus_conventions`.
+:mod:`tailcut.exporters._corpus_conventions`. The data dir and ``out`` may be ``s3://bucket/prefix``
+URLs (:mod:`._location`): a remote corpus is built locally and uploaded file by file, the manifest last.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tailcut.canonical import sha256_hex
 from tailcut.errors import TailcutError
 from tailcut.exporters import _corpus_conventions as conventions
 from tailcut.exporters import corpus_format, schema
+from tailcut.exporters._location import Location, location, upload_directory
 from tailcut.exporters._payloads import data_dir_store, resolve_payload
 from tailcut.payloads import PayloadStore, PayloadStoreError
 
@@ -75,9 +77,9 @@ class Selection:
 
 @dataclass
 class CorpusSummary:
-    """What :func:`write_corpus` wrote."""
+    """What :func:`write_corpus` wrote (``path``: the directory, or the ``s3://`` URL)."""
 
-    path: Path
+    path: Path | str
     runs: int
     envelopes: int
     not_replayable: dict[str, str] = field(default_factory=dict)
@@ -86,19 +88,27 @@ class CorpusSummary:
 def payload_stores(
     data_dir: str | os.PathLike[str], extra: Iterable[str | os.PathLike[str]] = ()
 ) -> list[PayloadStore]:
-    """The payload stores to resolve offloaded payloads from: ``DATA/payloads`` first, then ``extra``."""
-    return [data_dir_store(data_dir), *(PayloadStore(p) for p in extra)]
+    """The payload stores to resolve offloaded payloads from: ``DATA/payloads`` first, then ``extra``.
+
+    A payload store is a local directory: a remote data dir contributes none.
+    """
+    own = data_dir_store(data_dir)
+    return [*([own] if own is not None else []), *(PayloadStore(p) for p in extra)]
 
 
-def _read_spans(data_dir: Path, trace_ids: Sequence[str]) -> pa.Table:
-    spans_dir = data_dir / "spans"
-    if not spans_dir.is_dir():
-        raise CorpusWriteError(f"{data_dir} has no spans/ directory: is it a tailcut data dir?")
-    dataset = ds.dataset(spans_dir, format="parquet", partitioning="hive", schema=schema.SPANS)
-    table = dataset.to_table(columns=_SPAN_COLUMNS, filter=ds.field("trace_id").isin(list(trace_ids)))
-    # nanosecond timestamps as integers: Python's datetime cannot hold them
-    start = table.schema.get_field_index("start_time")
-    table = table.set_column(start, "start_time", table.column("start_time").cast(pa.int64()))
+def _read_spans(data_dir: Location, trace_ids: Sequence[str]) -> pa.Table:
+    files = data_dir.files("spans")
+    if not files:
+        raise CorpusWriteError(
+            f"{data_dir} has no spans/ directory (or no files in it): is it a tailcut data dir?"
+        )
+    wanted = ds.field("trace_id").isin(list(trace_ids))
+    parts = []
+    for fragment in ds.dataset(files, filesystem=data_dir.filesystem, format="parquet").get_fragments():
+        columns = [c for c in _SPAN_COLUMNS if c in fragment.physical_schema.names]
+        part = schema.upgrade("spans", fragment.to_table(columns=columns, filter=wanted))
+        parts.append(part.select(_SPAN_COLUMNS))
+    table = pa.concat_tables(parts)
     return table.sort_by([("trace_id", "ascending"), ("span_index", "ascending")])
 
 
@@ -359,16 +369,16 @@ def write_corpus(
     CorpusSummary
         Counts, and the reason for every trace that is not replayable.
     """
-    data = Path(data_dir)
-    target = Path(out)
-    if target.exists() and not overwrite:
-        raise CorpusWriteError(f"{target} already exists; choose another --out or remove it")
+    data = location(data_dir)
+    place = location(out)
+    if place.exists() and not overwrite:
+        raise CorpusWriteError(f"{place} already exists; choose another --out or remove it")
     if not selections:
         raise CorpusWriteError("nothing selected: the corpus would be empty")
     ids = [s.trace_id for s in selections]
     if len(set(ids)) != len(ids):
         raise CorpusWriteError("a trace is selected twice")
-    stores = list(stores) if stores is not None else payload_stores(data)
+    stores = list(stores) if stores is not None else payload_stores(data.url)
     table = _read_spans(data, ids)
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for row in table.to_pylist():
@@ -379,22 +389,38 @@ def write_corpus(
         runs.append(run)
         envelopes.extend(crossings)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    if place.remote:
+        staging = Path(tempfile.mkdtemp(prefix="tailcut-corpus-"))
+    else:
+        target = place.local_path()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         _write_parquet(runs, corpus_format.RUNS_SCHEMA, staging / corpus_format.RUNS)
         _write_parquet(envelopes, corpus_format.ENVELOPES_SCHEMA, staging / corpus_format.ENVELOPES)
         manifest = corpus_format.build_manifest(staging, runs, description or {})
         corpus_format.write_manifest(staging, manifest)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        _publish(staging, place)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return CorpusSummary(
-        path=target,
+        path=place.url if place.remote else place.local_path(),
         runs=len(runs),
         envelopes=len(envelopes),
         not_replayable={r["trace_id"]: r["not_replayable_reason"] for r in runs if not r["replayable"]},
     )
+
+
+def _publish(staging: Path, place: Location) -> None:
+    """Move the finished corpus into place: renamed locally, or uploaded with the manifest last."""
+    if not place.remote:
+        target = place.local_path()
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+        return
+    if place.exists():
+        place.filesystem.delete_dir_contents(place.path, missing_dir_ok=True)
+    upload_directory(staging, place, last=(corpus_format.MANIFEST, corpus_format.MANIFEST_DIGEST))
+    shutil.rmtree(staging, ignore_errors=True)

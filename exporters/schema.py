@@ -9,7 +9,15 @@ file written before a column existed still reads (the column is null there).
 Conventions
 -----------
 * ``trace_id`` is 32 lowercase hex characters, ``span_id`` 16.
-* Times are ``timestamp[ns, tz=UTC]``; durations are float milliseconds.
+* Times are ``timestamp[us, tz=UTC]`` (Parquet ``TIMESTAMP(MICROS, UTC)``), the type every engine opens with
+  its default settings (Spark rejects nanosecond timestamps). Where tailcut needs nanoseconds, an integer
+  column of Unix nanoseconds stands beside the timestamp: ``start_time_ns`` and ``end_time_ns`` in ``spans``
+  and ``traces`` (span order within a tree, durations). ``duration_ms`` and ``self_time_ms`` are computed
+  from nanoseconds. Writers build rows with every time as Unix nanoseconds (:func:`from_nanoseconds`);
+  :func:`upgrade` reads a file of an older schema into today's (schema 1 stored ``timestamp[ns]``).
+  tailcut's own DuckDB views and polars frames present ``start_time``/``end_time`` in nanoseconds again,
+  rebuilt from the twins (``tailcut.analysis._source.presented_schema``).
+* Durations are float milliseconds.
 * Payload columns (``request``, ``response``, ...) use Arrow's JSON extension type, so DuckDB reads them
   as ``JSON`` and ``request->>'$.model'`` works directly.
 * ``attributes`` and ``resource`` are ``map<string, string>``: string values verbatim, every other value
@@ -18,18 +26,21 @@ Conventions
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import pyarrow as pa
 
 #: Bumped when a column is added or changes meaning; written into every file's metadata.
-SCHEMA_VERSION: Final = "1"
+SCHEMA_VERSION: Final = "2"
 #: Key of the schema version in Parquet key-value metadata.
 SCHEMA_VERSION_KEY: Final = b"tailcut.schema_version"
 #: Key naming which table a file belongs to.
 TABLE_KEY: Final = b"tailcut.table"
 
-TIMESTAMP: Final = pa.timestamp("ns", tz="UTC")
+TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+#: Each timestamp column that keeps an integer nanosecond twin, and the twin's name.
+NANOSECOND_TWINS: Final = {"start_time": "start_time_ns", "end_time": "end_time_ns"}
 JSON: Final = pa.json_(pa.string())
 STRING_MAP: Final = pa.map_(pa.string(), pa.string())
 
@@ -64,6 +75,8 @@ SPANS: Final = pa.schema(
         _f("service_name", pa.string()),
         _f("start_time", TIMESTAMP, False),
         _f("end_time", TIMESTAMP, False),
+        _f("start_time_ns", pa.int64(), False),  # Unix nanoseconds (schema 2)
+        _f("end_time_ns", pa.int64(), False),
         _f("duration_ms", pa.float64(), False),
         _f("status_code", pa.string(), False),  # UNSET, OK, ERROR
         _f("status_message", pa.string()),
@@ -110,6 +123,8 @@ TRACES: Final = pa.schema(
         _f("agent_name", pa.string()),
         _f("start_time", TIMESTAMP),
         _f("end_time", TIMESTAMP),
+        _f("start_time_ns", pa.int64()),  # Unix nanoseconds (schema 2)
+        _f("end_time_ns", pa.int64()),
         _f("duration_ms", pa.float64()),
         _f("span_count", pa.int32(), False),
         _f("error_count", pa.int32(), False),
@@ -128,6 +143,9 @@ TRACES: Final = pa.schema(
         _f("policies", pa.list_(pa.string()), False),  # every policy that matched, kept or not
         _f("baseline", pa.bool_(), False),  # member of the uniform (probabilistic) slice
         _f("inclusion_probability", pa.float64(), False),  # pi: P(the design kept this trace)
+        # P(the head sampler upstream passed the trace on), from the spans' tracestate ``ot=th:``; 1 when
+        # none said; inclusion_probability includes it (pi = head x tail). Null in files before schema 2.
+        _f("head_probability", pa.float64(), False),
         _f("decision_reason", pa.string(), False),  # one of DECISION_REASONS
         _f("decided_at", TIMESTAMP, False),
         # additions beyond DESIGN.md section 4
@@ -237,3 +255,78 @@ TABLES: Final = {
     "corpus_envelopes": CORPUS_ENVELOPES,
     "replay_results": REPLAY_RESULTS,
 }
+
+
+def timestamps(nanoseconds: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Unix nanoseconds (int64) as :data:`TIMESTAMP` values, truncated to the microsecond."""
+    return nanoseconds.cast(pa.int64()).cast(pa.timestamp("ns", tz="UTC")).cast(TIMESTAMP, safe=False)
+
+
+def _convert(field: pa.Field, column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    if pa.types.is_timestamp(field.type) and pa.types.is_integer(column.type):
+        return timestamps(column)
+    return column.cast(field.type, safe=False)
+
+
+def nanosecond_fields(name: str) -> pa.Schema:
+    """The schema writers build rows in: table ``name`` with every timestamp as int64 Unix nanoseconds
+    and no nanosecond twins (:func:`from_nanoseconds` derives them)."""
+    twins = set(NANOSECOND_TWINS.values())
+    return pa.schema(
+        [
+            field.with_type(pa.int64()) if pa.types.is_timestamp(field.type) else field
+            for field in TABLES[name]
+            if field.name not in twins
+        ]
+    )
+
+
+def from_nanoseconds(name: str, columns: Mapping[str, pa.Array | pa.ChunkedArray]) -> pa.Table:
+    """Table ``name`` from its columns with every time as Unix nanoseconds (int64) or already typed.
+
+    The nanosecond twins (:data:`NANOSECOND_TWINS`) are taken from the integer times when not given.
+    """
+    table_schema = TABLES[name]
+    given = dict(columns)
+    for time_name, twin in NANOSECOND_TWINS.items():
+        if twin in table_schema.names and twin not in given and time_name in given:
+            given[twin] = given[time_name].cast(pa.int64())
+    arrays = [_convert(field, given[field.name]) for field in table_schema]
+    return pa.Table.from_arrays(arrays, schema=table_schema)
+
+
+#: Values a row dict may leave out (:func:`from_rows`): no head sampler upstream said anything.
+ROW_DEFAULTS: Final = {"head_probability": 1.0}
+
+
+def from_rows(name: str, rows: Sequence[Mapping[str, object]]) -> pa.Table:
+    """Table ``name`` from row dicts with every time as Unix nanoseconds (see :func:`nanosecond_fields`);
+    a key of :data:`ROW_DEFAULTS` the table has may be left out."""
+    defaults = {key: value for key, value in ROW_DEFAULTS.items() if key in TABLES[name].names}
+    given = pa.Table.from_pylist([{**defaults, **row} for row in rows], schema=nanosecond_fields(name))
+    return from_nanoseconds(name, dict(zip(given.column_names, given.columns, strict=True)))
+
+
+def upgrade(name: str, table: pa.Table) -> pa.Table:
+    """Rows read from a file of any schema version, in today's schema ``name`` (columns in its order).
+
+    A column the file lacks is null (a nanosecond twin comes from its timestamp); older timestamps are
+    cast (schema 1 stored nanoseconds); columns today's schema lacks are dropped, except the hive
+    partition column ``dt`` which follows.
+    """
+    table_schema = TABLES[name]
+    arrays = []
+    for field in table_schema:
+        if field.name in table.column_names:
+            arrays.append(_convert(field, table.column(field.name)))
+            continue
+        source = next((t for t, twin in NANOSECOND_TWINS.items() if twin == field.name), None)
+        if source is not None and source in table.column_names:
+            arrays.append(table.column(source).cast(pa.timestamp("ns", tz="UTC")).cast(pa.int64()))
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    fields = [field.with_nullable(True) for field in table_schema]
+    if "dt" in table.column_names:
+        arrays.append(table.column("dt"))
+        fields.append(table.schema.field("dt"))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=table_schema.metadata))

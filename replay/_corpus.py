@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tailcut.canonical import loads
-from tailcut.errors import ReplayError
+from tailcut.errors import CorpusError, ReplayError
 from tailcut.exporters import corpus_format
 from tailcut.exporters._corpus_conventions import TAILCUT
+from tailcut.exporters._location import local_directory, location
 from tailcut.interceptor import Served
 
 
@@ -101,9 +102,12 @@ class CorpusRun:
 
 @dataclass(frozen=True)
 class Corpus:
-    """A verified replay corpus: its runs in manifest order and each run's envelopes in ``seq`` order."""
+    """A verified replay corpus: its runs in manifest order and each run's envelopes in ``seq`` order.
 
-    path: Path
+    ``path`` is the corpus directory, or the ``s3://`` URL it was read from.
+    """
+
+    path: Path | str
     manifest: Mapping[str, Any]
     runs: Mapping[str, CorpusRun]
     _envelopes: Mapping[str, tuple[Envelope, ...]] = field(repr=False)
@@ -145,7 +149,8 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
     Parameters
     ----------
     path
-        A corpus directory written by ``tailcut export-corpus`` or ``tailcut select``.
+        A corpus directory written by ``tailcut export-corpus`` or ``tailcut select``, or its
+        ``s3://bucket/prefix`` URL (its files are copied to a temporary local directory and read there).
     verify
         Check each file's sha256 and size and the manifest's trace list (``--no-verify`` turns it off;
         the manifest must still be readable and of a known schema version).
@@ -160,7 +165,21 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
         Naming the file at fault, e.g. ``corpus refused: envelopes.parquet does not match its sha256 in
         manifest.json; re-run tailcut export-corpus``.
     """
-    root = Path(path)
+    place = location(path)
+    if place.remote:
+        if not place.is_file(corpus_format.MANIFEST):
+            raise CorpusError(
+                f"corpus refused: {corpus_format.MANIFEST} is missing in {place}; re-run tailcut export-corpus"
+            )
+        with local_directory(place) as root:
+            loaded = _load(root, verify=verify)
+        return replace(loaded, path=place.url)
+    return _load(place.local_path(), verify=verify)
+
+
+def _load(root: Path, *, verify: bool) -> Corpus:
+    if not root.is_dir():
+        raise CorpusError(f"corpus refused: {root} is not a directory; write one with tailcut export-corpus")
     manifest = corpus_format.verified_manifest(root, verify=verify)
     rows = corpus_format.read_rows(root / corpus_format.RUNS, corpus_format.RUNS_SCHEMA)
     if verify:

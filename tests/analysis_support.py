@@ -311,4 +311,4 @@ def spans_table(spans: list[dict[str, Any]]) -> pa.Table:
                 "is_orphan": bool(shape.is_orphan[i]),
             }
         )
-    return pa.Table.from_pylist(rows, schema=schema.SPANS)
+    return schema.from_rows("spans", rows)

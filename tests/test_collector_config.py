@@ -253,7 +253,7 @@ def test_overrides_replace_data_dir_and_endpoints(tmp_path):
     config = load_config(
         None, {"data": tmp_path, "http": "127.0.0.1:0", "grpc": False, "metrics": "127.0.0.1:9"}
     )
-    assert config.parquet is not None and config.parquet.path == tmp_path
+    assert config.parquet is not None and config.parquet.path == str(tmp_path)
     assert config.http is not None and config.http.port == 0
     assert config.grpc is None
     assert config.metrics == ("127.0.0.1", 9)

@@ -235,7 +235,7 @@ def test_trace_row_fields_follow_the_traces_schema():
     from tailcut.collector._rows import TraceRow
     from tailcut.exporters import schema
 
-    assert TraceRow._fields == tuple(schema.TRACES.names)
+    assert TraceRow._fields == tuple(schema.nanosecond_fields("traces").names)
 
 
 def test_traces_row_agrees_with_the_exporters_row(tmp_path):

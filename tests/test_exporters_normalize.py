@@ -33,8 +33,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "otlp"
 
 def rows(name: str) -> list[dict[str, Any]]:
     table = normalize(read_otlp_file(FIXTURES / name))
-    table = table.set_column(7, "start_time", table.column("start_time").cast(pa.int64()))
-    table = table.set_column(8, "end_time", table.column("end_time").cast(pa.int64()))
+    table = table.set_column(7, "start_time", table.column("start_time_ns"))
+    table = table.set_column(8, "end_time", table.column("end_time_ns"))
     out = table.to_pylist()
     for row in out:
         row["attributes"] = dict(row["attributes"])
@@ -282,8 +282,8 @@ def test_protobuf_and_json_inputs_give_identical_rows_and_facts(fixture: str) ->
     from_protobuf = normalize_otlp(messages)
     assert from_protobuf.equals(from_json)
     # facts read cheaply from protobuf agree with facts read from the stored rows
-    table = from_json.set_column(7, "start_time", from_json.column("start_time").cast(pa.int64()))
-    table = table.set_column(8, "end_time", table.column("end_time").cast(pa.int64()))
+    table = from_json.set_column(7, "start_time", from_json.column("start_time_ns"))
+    table = table.set_column(8, "end_time", table.column("end_time_ns"))
     stored = compute_signals(facts_from_row(r) for r in table.to_pylist())
     cheap = compute_signals(
         facts_from_otlp(s, m.resource.attributes[0].value.string_value)

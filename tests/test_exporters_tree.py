@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,8 +93,8 @@ def test_nested_set_equals_recursive_descendants(records: list[SpanRecord]) -> N
 @given(traces())
 def test_children_in_start_order_self_time_and_orphans(records: list[SpanRecord]) -> None:
     table = normalize(DecodedSpans.from_records(records))
-    table = table.set_column(7, "start_time", table.column("start_time").cast(pa.int64()))
-    table = table.set_column(8, "end_time", table.column("end_time").cast(pa.int64()))
+    table = table.set_column(7, "start_time", table.column("start_time_ns"))
+    table = table.set_column(8, "end_time", table.column("end_time_ns"))
     rows = {(r["trace_id"], r["span_id"]): r for r in table.to_pylist()}
     ids = set(rows)
     # storage order: by trace, then span_index 0..n-1 with no gaps

@@ -149,7 +149,7 @@ def test_a_manifest_that_does_not_match_its_digest_is_refused(corpus):
         ),
         (
             lambda m: m.update(schema_version="99"),
-            "corpus refused: schema version '99' is unknown (this tailcut reads 1)",
+            "corpus refused: schema version '99' is unknown (this tailcut reads 1, 2)",
         ),
         (
             lambda m: m.update(format="other"),
@@ -225,7 +225,8 @@ def _decide_again(data, trace_id, *, baseline: bool, probability: float) -> None
     dataset = ds.dataset(data / "traces", format="parquet", partitioning="hive", schema=schema.TRACES)
     table = dataset.to_table(filter=ds.field("trace_id") == trace_id)
     for name in ("start_time", "end_time", "decided_at"):  # as ns integers, as write_traces takes them
-        table = table.set_column(table.schema.get_field_index(name), name, table[name].cast(pa.int64()))
+        nanoseconds = table[name].cast(pa.timestamp("ns", "UTC")).cast(pa.int64())
+        table = table.set_column(table.schema.get_field_index(name), name, nanoseconds)
     row = table.to_pylist()[0]
     row.update(baseline=baseline, inclusion_probability=probability, decided_at=row["decided_at"] + 1)
     with DataDirWriter(data) as writer:
