@@ -87,7 +87,8 @@ class TailSamplingConfig:
 class WalConfig:
     """``processors.tailcut.wal``: the write-ahead log (see :mod:`tailcut.collector._wal`).
 
-    ``directory`` None means ``wal`` inside the data dir (no log without a data dir, unless set).
+    ``directory`` None means ``wal`` inside a local data dir, or a local directory for an ``s3://`` one
+    (:func:`~tailcut.collector._wal.wal_directory`); no log without a data dir, unless set.
     """
 
     enabled: bool = True

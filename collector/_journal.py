@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import orjson
@@ -34,6 +33,7 @@ from tailcut.collector._decide import TraceDecision
 from tailcut.collector._encode import request_of
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._rows import TraceRow
+from tailcut.exporters._location import location
 
 SPANS: Final = 1
 DECIDED: Final = 2
@@ -137,26 +137,35 @@ class Published(NamedTuple):
         return (trace_id.hex(), index_base) in self.spans
 
 
-def published(data_dir: Path, names: Iterable[str]) -> Published:
+def published(data_dir: str, names: Iterable[str]) -> Published:
     """Read back the trace ids (and span positions) of the published files among ``names``.
+
+    ``data_dir`` is a local path or an ``s3://`` URL: a remote data dir is read where it is.
 
     Raises
     ------
     CollectorError
         When such a file cannot be read (then it is unknown what must not be written again).
     """
+    import pyarrow.fs as pafs
+
+    place = location(data_dir)
+    filesystem = place.filesystem
     found = Published(set(), set())
     for name in names:
-        path = data_dir / name
-        if not path.exists():
-            continue
+        path = f"{place.path}/{name}"
         try:
-            if name.startswith("traces/"):
-                found.rows.update(pq.read_table(path, columns=["trace_id"]).column("trace_id").to_pylist())
+            if filesystem.get_file_info(path).type != pafs.FileType.File:
                 continue
-            table = pq.read_table(path, columns=["trace_id", "span_index"])
+            if name.startswith("traces/"):
+                table = pq.read_table(path, columns=["trace_id"], filesystem=filesystem)
+                found.rows.update(table.column("trace_id").to_pylist())
+                continue
+            table = pq.read_table(path, columns=["trace_id", "span_index"], filesystem=filesystem)
         except (OSError, pa.ArrowException) as exc:
-            raise CollectorError(f"cannot read {path}, named in the write-ahead log: {exc}") from None
+            raise CollectorError(
+                f"cannot read {place.child(name)}, named in the write-ahead log: {exc}"
+            ) from None
         found.spans.update(
             zip(table.column("trace_id").to_pylist(), table.column("span_index").to_pylist(), strict=True)
         )

@@ -32,6 +32,7 @@ import itertools
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -47,6 +48,7 @@ from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts
+from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._journal import (
     CLOSED,
     COMPACT,
@@ -65,7 +67,6 @@ from tailcut.collector._journal import (
     read_spans,
     spans_record,
 )
-from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, bad_request, overloaded, parse_framed
 from tailcut.collector._receivers import IngestResult
@@ -73,7 +74,7 @@ from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
-from tailcut.collector._wal import WalFailure, WriteAheadLog
+from tailcut.collector._wal import WAL_SLOTS, WalBusy, WalFailure, WriteAheadLog, wal_directory
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
@@ -210,24 +211,39 @@ class Processor:
         """Open the write-ahead log (unless disabled) and replay what it holds (:meth:`recover`)."""
         settings = self.config.tailcut.wal
         parquet = self.config.parquet
-        directory = settings.directory or (parquet.path / "wal" if parquet is not None else None)
-        if not settings.enabled or directory is None:
+        if not settings.enabled or (settings.directory is None and parquet is None):
             return
         histogram = self.metrics.wal_fsync_seconds
-        wal = WriteAheadLog(
-            directory,
-            fsync=settings.fsync,
-            fsync_interval=settings.fsync_interval,
-            max_bytes=settings.max_bytes,
-            segment_bytes=settings.segment_bytes,
-            observe_fsync=histogram.observe,
-        )
-        try:
-            wal.open()
-        except OSError as exc:
-            raise CollectorError(
-                f"cannot use the write-ahead log in {directory}: {exc.strerror or exc}"
-            ) from None
+
+        def log_in(directory: Path) -> WriteAheadLog:
+            wal = WriteAheadLog(
+                directory,
+                fsync=settings.fsync,
+                fsync_interval=settings.fsync_interval,
+                max_bytes=settings.max_bytes,
+                segment_bytes=settings.segment_bytes,
+                observe_fsync=histogram.observe,
+            )
+            try:
+                wal.open()
+            except OSError as exc:
+                raise CollectorError(
+                    f"cannot use the write-ahead log in {directory}: {exc.strerror or exc}"
+                ) from None
+            return wal
+
+        if settings.directory is not None:
+            wal = log_in(settings.directory)
+        else:  # several collectors may share a data dir: each takes the first free slot of its log
+            base = wal_directory(parquet.path)  # type: ignore[union-attr]
+            for slot in range(WAL_SLOTS):
+                try:
+                    wal = log_in(base / str(slot))
+                    break
+                except WalBusy:
+                    continue
+            else:
+                raise CollectorError(f"all {WAL_SLOTS} write-ahead log slots in {base} are in use")
         self.wal = self.sink.wal = wal
         self.metrics.gauges["tailcut_wal_bytes"] = lambda: wal.nbytes
         self.metrics.gauges["tailcut_wal_segments"] = lambda: len(wal.sizes)

@@ -45,6 +45,7 @@ from tailcut.collector._rows import TraceRow, traces_table
 from tailcut.collector._wal import WriteAheadLog
 from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
+from tailcut.exporters._location import is_remote
 from tailcut.exporters._varint import encode_varint
 
 _logger = logging.getLogger("tailcut.collector")
@@ -444,8 +445,9 @@ class Sink:
             _touch(self.wal.directory)
         parquet = self.config.parquet
         if parquet is not None:
-            for table in ("spans", "traces"):
-                _touch(parquet.path / table)
+            if not is_remote(parquet.path):  # an object store is probed by the next upload itself
+                for table in ("spans", "traces"):
+                    _touch(Path(parquet.path) / table)
             if self._fresh is None:
                 self._fresh = self._open_writer()
 

@@ -44,8 +44,19 @@ from pathlib import Path
 from typing import Final
 
 from tailcut.collector._errors import CollectorError
+from tailcut.exporters._location import is_remote
 
 FSYNC_MODES: Final = ("always", "interval", "never")
+#: Logs a data dir's default ``wal/`` holds side by side (``wal/0``, ``wal/1``, ...): one per collector
+#: writing that data dir. A collector takes the first slot no running collector holds, so one that
+#: restarts replays a log left by a collector that stopped (its own, or a crashed neighbour's).
+WAL_SLOTS: Final = 64
+
+
+class WalBusy(CollectorError):
+    """Another running collector holds this write-ahead log."""
+
+
 _HEADER: Final = struct.Struct("<IIB")
 _SUFFIX: Final = ".wal"
 _MAX_RECORD: Final = 1 << 31
@@ -127,7 +138,7 @@ class WriteAheadLog:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     os.close(fd)
-                    raise CollectorError(
+                    raise WalBusy(
                         f"another collector is using the write-ahead log in {self.directory}"
                     ) from None
                 self._lock_fd = fd
@@ -301,3 +312,18 @@ class WriteAheadLog:
                     self._fsync_locked()
                 except OSError as exc:
                     self._fail(exc)
+
+
+def wal_directory(data_dir: str) -> Path:
+    """Where the log lives when ``processors.tailcut.wal.dir`` is not set: ``wal`` inside a local data
+    dir; for an object-store data dir (whose objects cannot be appended to) on local disk, under
+    ``.tailcut/wal/<bucket>/<prefix>`` in the working directory. Each collector's log is a numbered
+    slot below it (:data:`WAL_SLOTS`).
+
+    >>> wal_directory("data").as_posix(), wal_directory("s3://bucket/team/data").as_posix()
+    ('data/wal', '.tailcut/wal/bucket/team/data')
+    """
+    if is_remote(data_dir):
+        rest = data_dir.partition("://")[2]
+        return Path(".tailcut", "wal", *[part for part in rest.split("/") if part not in ("", ".", "..")])
+    return Path(data_dir) / "wal"

@@ -265,7 +265,7 @@ def _chat_completion(
     body: dict[str, Any] = {
         "id": attributes.get(attr.GEN_AI_RESPONSE_ID) or f"chatcmpl-{span['span_id']}",
         "object": "chat.completion",
-        "created": int(span["start_time"] // 1_000_000_000) if span.get("start_time") else 0,
+        "created": int(span["start_time"].timestamp()) if span.get("start_time") else 0,
         "model": attributes.get(attr.GEN_AI_RESPONSE_MODEL) or span.get("model") or "",
         "choices": choices,
     }

@@ -42,8 +42,9 @@ ENVELOPES: Final = "envelopes.parquet"
 DATA_FILES: Final = (RUNS, ENVELOPES)
 RUNS_SCHEMA: Final = schema.CORPUS_RUNS
 ENVELOPES_SCHEMA: Final = schema.CORPUS_ENVELOPES
-#: Schema versions of corpora this tailcut reads.
-KNOWN_SCHEMA_VERSIONS: Final = frozenset({schema.SCHEMA_VERSION})
+#: Schema versions of corpora this tailcut reads. Schema 1 differs only in its timestamps' unit (ns, not
+#: us), which :func:`read_rows` makes irrelevant by returning every time as integer nanoseconds.
+KNOWN_SCHEMA_VERSIONS: Final = frozenset({"1", schema.SCHEMA_VERSION})
 #: Columns a reader takes when present (a corpus written before they existed lacks them).
 OPTIONAL_COLUMNS: Final = frozenset(
     {
@@ -182,7 +183,8 @@ def read_rows(path: Path, table_schema: Any) -> list[dict[str, Any]]:
         table = pq.read_table(path, columns=wanted)
         for i, column in enumerate(table.schema):
             if pa.types.is_timestamp(column.type):
-                table = table.set_column(i, column.name, table.column(i).cast(pa.int64()))
+                as_ns = table.column(i).cast(pa.timestamp("ns", tz=column.type.tz))
+                table = table.set_column(i, column.name, as_ns.cast(pa.int64()))
         return table.to_pylist()
     except (OSError, pa.ArrowException) as exc:
         raise CorpusError(

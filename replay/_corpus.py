@@ -168,8 +168,9 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
     place = location(path)
     if place.remote:
         if not place.is_file(corpus_format.MANIFEST):
+            manifest = corpus_format.MANIFEST
             raise CorpusError(
-                f"corpus refused: {corpus_format.MANIFEST} is missing in {place}; re-run tailcut export-corpus"
+                f"corpus refused: {manifest} is missing in {place}; re-run tailcut export-corpus"
             )
         with local_directory(place) as root:
             loaded = _load(root, verify=verify)

@@ -283,7 +283,8 @@ def test_metrics_show_the_log(tmp_path):
 
 
 def test_a_second_collector_on_the_same_log_fails_in_one_line(tmp_path):
-    first = CollectorProcess(_config(tmp_path))
+    # An explicit `wal.dir` is one log; by default each collector of a data dir takes its own slot.
+    first = CollectorProcess(_config(tmp_path, tailcut={"wal": {"dir": str(tmp_path / "log")}}))
     try:
         result = subprocess.run(
             [*COLLECT, "--config", str(tmp_path / "otel-config.yaml")],
@@ -296,7 +297,7 @@ def test_a_second_collector_on_the_same_log_fails_in_one_line(tmp_path):
         first.stop()
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"Error: another collector is using the write-ahead log in {tmp_path / 'data' / 'wal'}"
+        f"Error: another collector is using the write-ahead log in {tmp_path / 'log'}"
     )
 
 

@@ -219,7 +219,7 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_span(tmp_path):
     # The scenario exercised what it claims: both outcomes, and traces cut by a kill.
     assert kinds["kept"] and kinds["dropped"] and kinds["partial"], kinds
     assert len(ledger.acked) > 1000
-    assert sorted(p.name for p in (tmp_path / "data" / "wal").iterdir()) == ["LOCK"]
+    assert sorted(p.name for p in (tmp_path / "data" / "wal" / "0").iterdir()) == ["LOCK"]  # emptied
 
 
 def test_a_clean_stop_empties_the_log_and_a_restart_writes_nothing_twice(tmp_path):
@@ -237,7 +237,7 @@ def test_a_clean_stop_empties_the_log_and_a_restart_writes_nothing_twice(tmp_pat
         ledger.note(spans[-1:], "acked")
     collector.stop()
     with contextlib.suppress(StopIteration):
-        next((tmp_path / "data" / "wal").glob("*.wal"))
+        next((tmp_path / "data" / "wal").glob("*/*.wal"))
         pytest.fail("a clean stop left log segments behind")
     CollectorProcess(config).stop()  # nothing to replay: nothing written twice
     kinds = check(tmp_path / "data", ledger)
@@ -245,7 +245,7 @@ def test_a_clean_stop_empties_the_log_and_a_restart_writes_nothing_twice(tmp_pat
 
 
 def _wal_bytes(data: Path) -> int:
-    return sum(path.stat().st_size for path in (data / "wal").glob("*.wal"))
+    return sum(path.stat().st_size for path in (data / "wal").glob("*/*.wal"))
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def test_a_genai_reply_is_rebuilt_as_the_chat_completion_the_sdk_parses():
         "span_id": "ab" * 8,
         "request": None,
         "response": json.dumps({"messages": messages}),
-        "start_time": 1_700_000_000_000_000_000,
+        "start_time": dt.datetime.fromtimestamp(1_700_000_000, tz=dt.UTC),
         "model": "gpt-4o-mini",
         "input_tokens": 47,
         "output_tokens": 7,
