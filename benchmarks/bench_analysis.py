@@ -394,6 +394,9 @@ def template_table(spans: list[Span], trace_ids: list[str], first: int, rng: np.
             columns["self_time_ms"].append(duration)
             columns["scope_name"].append("bench")
             columns["is_orphan"].append(False)
+            columns["cost_usd"].append(None)
+            for name in ("session_id", "user_id", "conversation_id"):
+                columns[name].append(None)
     given = pa.Table.from_pydict(columns, schema=schema.nanosecond_fields("spans"))  # times in ns
     return schema.from_nanoseconds("spans", dict(zip(given.column_names, given.columns, strict=True)))
 
@@ -443,6 +446,10 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
         "has_root": pa.array([True] * n),
         "orphan_count": pa.array([0] * n, pa.int32()),
         "late_spans": pa.array([0] * n, pa.int32()),
+        "cost_usd": pa.array([None] * n, pa.float64()),
+        "session_id": pa.array([None] * n, pa.string()),
+        "user_id": pa.array([None] * n, pa.string()),
+        "conversation_id": pa.array([None] * n, pa.string()),
     }
     columns = {
         name: rows.column(name) if name in rows.column_names else extra[name] for name in schema.TRACES.names

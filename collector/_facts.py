@@ -18,6 +18,8 @@ from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters import _names as names
 from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
+from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters._signals import ID_KEYS
 
 if TYPE_CHECKING:
     from tailcut.collector._signals import SignalTally
@@ -26,6 +28,7 @@ ERROR_STATUS: Final = 2
 _KIND_BY_RAW: Final = {encode_string_value(kind): kind for kind in attr.KINDS}
 _INPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["input_tokens"])
 _OUTPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["output_tokens"])
+_MODEL_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["model"])
 #: Where a tool call's arguments live, tailcut's request hash first (its identity for loop detection).
 _TOOL_ARGUMENT_KEYS: Final = (
     attr.REQUEST_SHA256,
@@ -48,6 +51,7 @@ ROOT_KEYS: Final = {
     "harness_revision": attr.HARNESS_REVISION,
     "env_revision": attr.ENV_REVISION,
     "prompt_version": attr.PROMPT_VERSION,
+    **ID_KEYS,
 }
 _new = tuple.__new__
 _KIND: Final = attr.KIND
@@ -77,6 +81,7 @@ class BufferedSpan(NamedTuple):
     status: int  # OTLP status code: 0 unset, 1 ok, 2 error
     data: bytes  # the span exactly as received (encoded ``Span``)
     origin: Any  # the shared ``(resource, scope)`` it arrived under
+    cost_usd: float | None  # an llm span's price (None: unpriced or not an llm span)
 
 
 class RootFacts(NamedTuple):
@@ -126,13 +131,18 @@ def buffered_span(
         if found is not None and found > tally.head_threshold:
             tally.head_threshold = found
     input_tokens = output_tokens = violations = 0
-    tool_key = None
+    tool_key = cost = None
     if kind == "llm":
         raw = attributes.get(_INPUT_TOKENS)
         input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
         raw = attributes.get(_OUTPUT_TOKENS)
         output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
         violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
+        model = _first(attributes, _MODEL_KEYS)
+        if model is not None:
+            name = any_value(model)
+            if type(name) is str:
+                cost = default_pricing().cost(name, input_tokens, output_tokens)
     elif kind == "tool":
         # A retry is not a new call; a non-integer attempt counts as absent.
         attempt = attributes.get(_ATTEMPT)
@@ -155,6 +165,7 @@ def buffered_span(
             status,
             data,
             origin,
+            cost,
         ),
     )
 

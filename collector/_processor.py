@@ -74,6 +74,7 @@ from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_sign
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
 from tailcut.collector._wal import WalFailure, WriteAheadLog
+from tailcut.exporters._signals import trace_cost
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
@@ -762,6 +763,10 @@ class Processor:
             has_root=root is not None,
             orphan_count=signals.orphan_count,
             late_spans=0,
+            cost_usd=trace_cost(spans),
+            session_id=_text(root_values.get("session_id")),
+            user_id=_text(root_values.get("user_id")),
+            conversation_id=_text(root_values.get("conversation_id")),
         )
         self._record(decided_record(trace.trace_id, len(spans), row))
         self._settle(trace, decision, row, signals.attributes(anomaly_score), now)

@@ -51,6 +51,10 @@ class TraceRow(NamedTuple):
     has_root: bool
     orphan_count: int
     late_spans: int
+    cost_usd: float | None
+    session_id: str | None
+    user_id: str | None
+    conversation_id: str | None
 
 
 def traces_table(rows: Sequence[TraceRow]) -> pa.Table:
