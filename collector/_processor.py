@@ -46,7 +46,7 @@ from tailcut.collector._cache import DecisionCache
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts
+from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts, trace_cost_usd
 from tailcut.collector._journal import (
     CLOSED,
     COMPACT,
@@ -74,7 +74,6 @@ from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_sign
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
 from tailcut.collector._wal import WalFailure, WriteAheadLog
-from tailcut.exporters._signals import trace_cost
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
@@ -763,7 +762,7 @@ class Processor:
             has_root=root is not None,
             orphan_count=signals.orphan_count,
             late_spans=0,
-            cost_usd=trace_cost(spans),
+            cost_usd=trace_cost_usd(spans),
             session_id=_text(root_values.get("session_id")),
             user_id=_text(root_values.get("user_id")),
             conversation_id=_text(root_values.get("conversation_id")),

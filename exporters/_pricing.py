@@ -33,6 +33,7 @@ from tailcut.errors import ConfigError
 PRICING_ENV: Final = "TAILCUT_PRICING"
 _DEFAULT: Final = Path(__file__).with_name("pricing.toml")
 _PER_TOKEN: Final = 1e-6
+_MAX_MATCHES: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,12 @@ class Pricing:
         """``(input, output)`` USD per million tokens of ``model`` (see the module docstring), or None."""
         if not model:
             return None
-        if model not in self._matches:
-            self._matches[model] = self._match(model)
-        return self._matches[model]
+        matches = self._matches
+        if model not in matches:
+            if len(matches) >= _MAX_MATCHES:  # bounded: names come from the traffic
+                matches.clear()
+            matches[model] = self._match(model)
+        return matches[model]
 
     def _match(self, model: str) -> tuple[float, float] | None:
         name = model.rsplit("/", 1)[-1].strip().lower()

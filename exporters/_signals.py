@@ -12,7 +12,7 @@ span touching only the attributes it needs, :func:`facts_from_row` from a ``span
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -223,12 +223,13 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
     )
 
 
-def trace_cost(spans: Sequence[Any]) -> float | None:
-    """The cost of a trace: the sum of its llm spans' ``cost_usd``, None if one is unpriced, 0.0 if none.
+def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None = None) -> float | None:
+    """The cost of a trace: the sum of its llm spans' costs, None if one is unpriced, 0.0 if it has none.
 
-    ``spans`` are records with ``span_id``, ``parent_span_id``, ``kind`` and ``cost_usd`` (the writers'
-    :class:`SpanFacts`, the collector's buffered spans); a nested model call is left out, as in every
-    other count (:func:`tailcut.signals.is_nested_call`).
+    ``spans`` are records with ``span_id``, ``parent_span_id`` and ``kind`` (the writers'
+    :class:`SpanFacts`, the collector's buffered spans); ``cost`` gives one span's USD (default: its
+    ``cost_usd``). A nested model call is left out, as in every other count
+    (:func:`tailcut.signals.is_nested_call`).
     """
     kinds = {span.span_id: span.kind for span in spans}
     total = 0.0
@@ -237,9 +238,10 @@ def trace_cost(spans: Sequence[Any]) -> float | None:
         parent_kind = kinds.get(parent) if parent and parent != span.span_id else None
         if span.kind != "llm" or is_nested_call(span.kind, parent_kind):
             continue
-        if span.cost_usd is None:
+        value = span.cost_usd if cost is None else cost(span)
+        if value is None:
             return None
-        total += span.cost_usd
+        total += value
     return total
 
 

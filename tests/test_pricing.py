@@ -17,13 +17,12 @@ from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut.cli import cli
-from tailcut.collector._facts import buffered_span
+from tailcut.collector._facts import buffered_span, trace_cost_usd
 from tailcut.collector._otlp import SpanFacts
 from tailcut.collector._signals import SignalTally
 from tailcut.errors import ConfigError
 from tailcut.exporters import compute_signals, facts_from_otlp
 from tailcut.exporters._pricing import PRICING_ENV, default_pricing, load_pricing
-from tailcut.exporters._signals import trace_cost
 from tests.analysis_support import fleet_data, rewrite
 from tests.test_collector_helpers import export_request, post, rows, span, start_collector
 
@@ -172,7 +171,7 @@ def test_collector_and_writers_price_a_trace_alike(spans):
             buffered_span(lazy, lazy.attributes, lazy.span_id, lazy.parent_span_id, data, None, tally)
         )
     writers = compute_signals(facts_from_otlp(s, "svc") for s in spans)
-    collector = trace_cost(buffered)
+    collector = trace_cost_usd(buffered)
     assert (collector is None) == (writers.cost_usd is None)
     if collector is not None:
         assert collector == pytest.approx(writers.cost_usd)
