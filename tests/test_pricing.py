@@ -287,3 +287,38 @@ def test_compare_by_session_id(sessions):
     assert record["a"]["traces"] > 0 and record["b"]["traces"] > 0
     wrong = CliRunner().invoke(cli, [*args, "sess-A", "sess-Z"])
     assert wrong.exit_code == 1 and "values present: sess-A, sess-B" in wrong.output
+
+
+# --- files written before the columns existed ----------------------------------------------------------
+
+NEW_COLUMNS = ("cost_usd", "session_id", "user_id", "conversation_id")
+
+
+def _age(data, table: str) -> None:
+    """Rewrite every ``table`` file of ``data`` without the new columns, as an older writer wrote them."""
+    import pyarrow.parquet as pq
+
+    for path in (data / table).glob("dt=*/*.parquet"):
+        pq.write_table(pq.read_table(path).drop_columns(list(NEW_COLUMNS)), path)
+
+
+def _ingest(tmp_path, name: str, trace_id: bytes, data) -> None:
+    source = tmp_path / f"{name}.pb"
+    source.write_bytes(export_request(_trace(trace_id, "gpt-4o-mini")))
+    result = CliRunner().invoke(cli, ["ingest", str(source), "--data", str(data)])
+    assert result.exit_code == 0, result.output
+
+
+def test_old_files_read_with_null_costs_and_ids(tmp_path):
+    from tailcut.analysis import Dataset
+
+    data = tmp_path / "data"
+    _ingest(tmp_path, "old", b"\x0e" * 16, data)
+    _age(data, "traces")
+    _age(data, "spans")
+    query = "SELECT count(*) AS n, count(cost_usd) AS priced, count(session_id) AS sessions FROM {}"
+    for table in ("traces", "spans"):
+        assert Dataset(data).sql(query.format(table)).row(0) == (1 if table == "traces" else 3, 0, 0)
+    _ingest(tmp_path, "new", b"\x0f" * 16, data)  # a newer file beside the old ones
+    traces = Dataset(data).sql("SELECT trace_id, cost_usd, session_id FROM traces ORDER BY trace_id").rows()
+    assert traces == [("0e" * 16, None, None), ("0f" * 16, pytest.approx(GPT_4O + MINI), "sess-9")]
