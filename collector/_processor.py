@@ -47,6 +47,7 @@ from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts, trace_cost_usd
+from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._journal import (
     CLOSED,
     COMPACT,
@@ -65,7 +66,6 @@ from tailcut.collector._journal import (
     read_spans,
     spans_record,
 )
-from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, bad_request, overloaded, parse_framed
 from tailcut.collector._receivers import IngestResult
