@@ -51,10 +51,11 @@ class TraceRow(NamedTuple):
     has_root: bool
     orphan_count: int
     late_spans: int
-    cost_usd: float | None
-    session_id: str | None
-    user_id: str | None
-    conversation_id: str | None
+    # defaults: a write-ahead log written before these columns existed still replays
+    cost_usd: float | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_id: str | None = None
 
 
 def traces_table(rows: Sequence[TraceRow]) -> pa.Table:
