@@ -46,6 +46,7 @@ _SIGN: Final = (
 SURVEY_SQL: Final = f"""
 SELECT facet, key, tool_name, min(trace_id) FILTER (WHERE facet = 'list') AS first_trace,
        list(hash(trace_id)) FILTER (WHERE needs_check OR odd_root OR sign) AS suspects,
+       list(DISTINCT hash(trace_id)) FILTER (WHERE facet = 'list') AS shown_by,
        any_value(schema) AS schema
 FROM (
     SELECT trace_id, tool_name, facet, key, sign,
@@ -82,7 +83,8 @@ GROUP BY ALL
 
 ``suspects`` lists, on every row, the traces (by the 64-bit hash of their id) of its spans that need a look
 whatever the schema book says: a sign of a category, a root whose outcome or output is bad, an ``llm`` span
-whose recorded violations are not 0 (or not recorded).
+whose recorded violations are not 0 (or not recorded). ``shown_by`` lists, on ``list`` rows, every trace that
+showed the list, so the traces of a list the schema book finds stale need no second read of the spans.
 """
 
 #: Where the suspect traces come from, each a query of (trace hash, whether its tool calls may repeat,
@@ -98,8 +100,8 @@ _SUSPECTS: Final = {
         "WHERE outcome = 'fail' OR outcome_score < $score_threshold"
     ),
     "stale lists": (
-        "SELECT hash(trace_id), false, NULL FROM spans "
-        f"WHERE kind = 'llm' AND list_contains($suspect_keys, attributes['{attr.TOOLS_SHA256}'])"
+        "SELECT unnest(shown_by), false, NULL FROM _survey "
+        "WHERE facet = 'list' AND list_contains($suspect_keys, key)"
     ),
     "repeats (trace signal)": (
         "SELECT hash(trace_id), true, NULL FROM traces WHERE max_tool_repeat >= $loop_min_repeats"
@@ -179,7 +181,7 @@ def survey(dataset: Dataset, parameters: dict[str, Any]) -> pa.Table:
     query = dataset.connection.sql(SURVEY_SQL, params=named_parameters(SURVEY_SQL, parameters))
     table = query.to_arrow_table()
     dataset.connection.register("_survey", table)
-    return table.drop_columns(["suspects"])
+    return table.drop_columns(["suspects", "shown_by"])
 
 
 def candidates_sql(*, stale_lists: bool, repeats_trusted: bool) -> str:
@@ -187,8 +189,8 @@ def candidates_sql(*, stale_lists: bool, repeats_trusted: bool) -> str:
     the hash of its id), whether its tool calls may repeat (``repeats``), and the depths whose spans
     ``tool_loop`` may point at (``deep``).
 
-    The traces that showed a stale tool list are looked up only when there is one (it reads the
-    attributes again); repeated tool calls come from the trace signal or are counted. A hash collision
+    The traces that showed a stale tool list come from the survey (its ``shown_by`` lists); repeated tool
+    calls come from the trace signal or are counted. A hash collision
     only adds a trace to the read, and a trace read needlessly changes no finding (each rule flags a
     trace or not on its own spans).
     """

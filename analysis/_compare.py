@@ -221,7 +221,8 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
     dataset : Dataset
         The data dir (classified first if needed).
     column : str
-        A ``traces`` column, e.g. ``harness_revision``, ``prompt_version``, ``agent_name``.
+        A ``traces`` column, e.g. ``harness_revision``, ``prompt_version``, ``agent_name``, ``session_id``,
+        ``user_id``.
     first, second : str
         The two values (compared as text).
 

@@ -10,7 +10,14 @@ calls with the enforced schema, a router) with payloads shaped like the OpenAI S
 baseline slice, and a few percent of each failure category. By default each template's traces are written
 together, so the failing traces fill the last row groups; ``--interleave`` writes them in a random order
 instead, as a collector writing in decision order would, so every row group mixes failures and clean
-traffic. Run::
+traffic.
+
+The findings are checked row for row, twice: against the exhaustive classification of the same data
+(``Thresholds(trust_recorded_counts=False, trust_trace_signals=False)``: every tool call re-validated,
+every repeated call counted from the spans, none of the shortcuts taken), and, at the default size, against
+:data:`FINDINGS_SHA256`, the digest of the findings the classifier gave on this data when the digest was
+recorded (the same for ``--interleave``: the findings are sorted, so write order cannot change them).
+Run::
 
     python benchmarks/bench_analysis.py              # ~1M spans
     python benchmarks/bench_analysis.py --interleave
@@ -33,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailcut import attributes as attr
-from tailcut.analysis import CATEGORIES, Dataset
+from tailcut.analysis import CATEGORIES, Dataset, Thresholds
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.exporters import DataDirWriter, schema
 
@@ -46,6 +53,12 @@ SHIP_NEW = {
     "additionalProperties": False,
 }
 SEARCH = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+#: sha256 of the findings rows (:func:`findings_digest`) per ``--spans``, seed 7: what the classifier found
+#: on this data when recorded (1,274 findings at 100k spans, 12,747 at 1M).
+FINDINGS_SHA256 = {
+    100_000: "e14939f64b0062c3a3ff9dcc01b1dbd448f9e9825c3b2f600938f3fc98f1dd17",
+    1_000_000: "b1b28aa2879a57fe3799ed10cb5eb11483659c1c2fccabd447b8964183ba41fa",
+}
 
 
 def tools(ship: dict) -> list[dict]:
@@ -394,6 +407,9 @@ def template_table(spans: list[Span], trace_ids: list[str], first: int, rng: np.
             columns["self_time_ms"].append(duration)
             columns["scope_name"].append("bench")
             columns["is_orphan"].append(False)
+            columns["cost_usd"].append(None)
+            for name in ("session_id", "user_id", "conversation_id"):
+                columns[name].append(None)
     given = pa.Table.from_pydict(columns, schema=schema.nanosecond_fields("spans"))  # times in ns
     return schema.from_nanoseconds("spans", dict(zip(given.column_names, given.columns, strict=True)))
 
@@ -443,6 +459,10 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
         "has_root": pa.array([True] * n),
         "orphan_count": pa.array([0] * n, pa.int32()),
         "late_spans": pa.array([0] * n, pa.int32()),
+        "cost_usd": pa.array([None] * n, pa.float64()),
+        "session_id": pa.array([None] * n, pa.string()),
+        "user_id": pa.array([None] * n, pa.string()),
+        "conversation_id": pa.array([None] * n, pa.string()),
     }
     columns = {
         name: rows.column(name) if name in rows.column_names else extra[name] for name in schema.TRACES.names
@@ -496,6 +516,12 @@ def write_interleaved(writer: DataDirWriter, spans: pa.Table, rng: np.random.Gen
         writer.write_spans(spans.filter(pc.is_in(spans["trace_id"], value_set=chunk)))
 
 
+def findings_digest(findings: Any) -> str:
+    """sha256 of the findings rows in their order, every column (floats as their shortest repr)."""
+    rows = findings.rows()
+    return sha256_hex(json.dumps([list(row) for row in rows], default=repr, separators=(",", ":")))
+
+
 def timed(action: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
     """Median wall time of ``repeat`` runs, and the last result."""
     times, result = [], None
@@ -532,6 +558,16 @@ def main() -> None:
         counts = findings.group_by("category").len().sort("category")
         print("findings by category:", dict(counts.iter_rows()))
         assert set(findings["category"]) == set(CATEGORIES), "every injected category must be found"
+        exhaustive = data.classify(
+            thresholds=Thresholds(trust_recorded_counts=False, trust_trace_signals=False)
+        )
+        assert findings.equals(exhaustive), "the shortcuts changed a finding"
+        digest = findings_digest(findings)
+        expected = FINDINGS_SHA256.get(options.spans)
+        print(f"findings sha256: {digest} (exhaustive classification: identical rows)")
+        if expected is not None:
+            assert digest == expected, f"findings differ from the recorded ones ({expected})"
+            print("findings identical to the recorded ones")
 
         anchors = "SELECT trace_id, span_id, span_index, subtree_end FROM spans WHERE kind = 'agent'"
         nested_sql = (

@@ -10,6 +10,7 @@ columns, so the signals agree with the stored rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -18,6 +19,8 @@ from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters import _names as names
 from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
+from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters._signals import ID_KEYS, trace_cost
 
 if TYPE_CHECKING:
     from tailcut.collector._signals import SignalTally
@@ -26,6 +29,11 @@ ERROR_STATUS: Final = 2
 _KIND_BY_RAW: Final = {encode_string_value(kind): kind for kind in attr.KINDS}
 _INPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["input_tokens"])
 _OUTPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["output_tokens"])
+_MODEL_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["model"])
+#: Decoded model names by their encoded value (bounded: a client can send any number of names).
+_MODEL_NAMES: dict[bytes, str | None] = {}
+_MAX_MODEL_NAMES: Final = 1024
+_UNSEEN: Final = object()
 #: Where a tool call's arguments live, tailcut's request hash first (its identity for loop detection).
 _TOOL_ARGUMENT_KEYS: Final = (
     attr.REQUEST_SHA256,
@@ -48,6 +56,7 @@ ROOT_KEYS: Final = {
     "harness_revision": attr.HARNESS_REVISION,
     "env_revision": attr.ENV_REVISION,
     "prompt_version": attr.PROMPT_VERSION,
+    **ID_KEYS,
 }
 _new = tuple.__new__
 _KIND: Final = attr.KIND
@@ -77,6 +86,7 @@ class BufferedSpan(NamedTuple):
     status: int  # OTLP status code: 0 unset, 1 ok, 2 error
     data: bytes  # the span exactly as received (encoded ``Span``)
     origin: Any  # the shared ``(resource, scope)`` it arrived under
+    model: bytes | None  # an llm span's model (its encoded ``AnyValue``), priced when the trace is decided
 
 
 class RootFacts(NamedTuple):
@@ -126,13 +136,14 @@ def buffered_span(
         if found is not None and found > tally.head_threshold:
             tally.head_threshold = found
     input_tokens = output_tokens = violations = 0
-    tool_key = None
+    tool_key = model = None
     if kind == "llm":
         raw = attributes.get(_INPUT_TOKENS)
         input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
         raw = attributes.get(_OUTPUT_TOKENS)
         output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
         violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
+        model = _first(attributes, _MODEL_KEYS)
     elif kind == "tool":
         # A retry is not a new call; a non-integer attempt counts as absent.
         attempt = attributes.get(_ATTEMPT)
@@ -155,8 +166,29 @@ def buffered_span(
             status,
             data,
             origin,
+            model,
         ),
     )
+
+
+def trace_cost_usd(spans: Sequence[BufferedSpan]) -> float | None:
+    """A trace's ``cost_usd`` from its buffered spans (as :func:`tailcut.exporters._signals.trace_cost`)."""
+    pricing = default_pricing()
+    names = _MODEL_NAMES
+    if len(names) > _MAX_MODEL_NAMES:
+        names.clear()
+
+    def cost(span: BufferedSpan) -> float | None:
+        raw = span.model
+        if raw is None:
+            return None
+        name = names.get(raw, _UNSEEN)
+        if name is _UNSEEN:
+            value = any_value(raw)
+            name = names[raw] = value if type(value) is str else None
+        return pricing.cost(name, span.input_tokens, span.output_tokens)  # type: ignore[arg-type]
+
+    return trace_cost(spans, cost)
 
 
 def root_facts(span: Any) -> RootFacts:

@@ -47,7 +47,7 @@ from tailcut.collector._cache import DecisionCache
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts
+from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts, trace_cost_usd
 from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._journal import (
     CLOSED,
@@ -778,6 +778,10 @@ class Processor:
             has_root=root is not None,
             orphan_count=signals.orphan_count,
             late_spans=0,
+            cost_usd=trace_cost_usd(spans),
+            session_id=_text(root_values.get("session_id")),
+            user_id=_text(root_values.get("user_id")),
+            conversation_id=_text(root_values.get("conversation_id")),
         )
         self._record(decided_record(trace.trace_id, len(spans), row))
         self._settle(trace, decision, row, signals.attributes(anomaly_score), now)

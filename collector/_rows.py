@@ -51,6 +51,11 @@ class TraceRow(NamedTuple):
     has_root: bool
     orphan_count: int
     late_spans: int
+    # defaults: a write-ahead log written before these columns existed still replays
+    cost_usd: float | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_id: str | None = None
 
 
 def traces_table(rows: Sequence[TraceRow]) -> pa.Table:

@@ -32,6 +32,8 @@ from tailcut.exporters._conventions import (
     synthetic_boundary,
 )
 from tailcut.exporters._messages import CONTENT_EVENTS, is_content_key, rebuild
+from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters._signals import ID_KEYS
 from tailcut.exporters._tree import TreeShape, tree_shape
 from tailcut.signals import NESTED_CALL_KIND
 
@@ -65,7 +67,7 @@ _INTEGER_COLUMNS: Final = {
 }
 #: Every key the array path reads.
 _LOOKUP_KEYS: Final = frozenset(
-    [*KIND_KEYS, n.LLM_REQUEST_TYPE, *DUPLICATES]
+    [*KIND_KEYS, n.LLM_REQUEST_TYPE, *DUPLICATES, *ID_KEYS.values()]
     + [s.key for sources in COLUMN_SOURCES.values() for s in sources]
 )
 
@@ -408,6 +410,23 @@ def _link(link: Any) -> dict[str, Any]:
     }
 
 
+def _cost_column(data: dict[str, pa.Array]) -> pa.Array:
+    """``cost_usd`` of each span: priced from its model and tokens on ``llm`` spans, null elsewhere."""
+    llm = pc.equal(data["kind"], "llm").to_numpy(zero_copy_only=False)
+    costs: list[float | None] = [None] * len(llm)
+    rows = np.flatnonzero(llm)
+    if len(rows):
+        take = pa.array(rows)
+        priced = default_pricing().costs(
+            data["model"].take(take).to_pylist(),
+            data["input_tokens"].take(take).to_pylist(),
+            data["output_tokens"].take(take).to_pylist(),
+        )
+        for row, cost in zip(rows.tolist(), priced, strict=True):
+            costs[row] = cost
+    return pa.array(costs, pa.float64())
+
+
 def normalize(batch: DecodedSpans) -> pa.Table:
     """Rows of the ``spans`` table (:data:`~tailcut.exporters.schema.SPANS`) for a batch of spans.
 
@@ -473,4 +492,7 @@ def normalize(batch: DecodedSpans) -> pa.Table:
     for name, type_ in _INTEGER_COLUMNS.items():
         values = numbers[name]
         data[name] = pa.array(values.data[order], type_, mask=np.ma.getmaskarray(values)[order])
+    data["cost_usd"] = _cost_column(data)
+    for name, key in ID_KEYS.items():
+        data[name] = lookup_strs(batch, lookup, key, order)
     return schema.from_nanoseconds("spans", data)

@@ -12,7 +12,7 @@ span touching only the attributes it needs, :func:`facts_from_row` from a ``span
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -30,9 +30,10 @@ from tailcut.exporters._conventions import (
     synthetic_boundary,
 )
 from tailcut.exporters._messages import tool_request_sha256
+from tailcut.exporters._pricing import default_pricing
 from tailcut.exporters._wire import any_value
 from tailcut.exporters.schema import DECISION_REASONS
-from tailcut.signals import SpanSignals, trace_signals
+from tailcut.signals import SpanSignals, is_nested_call, trace_signals
 
 _STATUS_ERROR: Final = 2  # OTLP Status.code
 _ROOT_KEYS: Final = (
@@ -49,6 +50,12 @@ _TOOL_REQUEST_KEYS: Final = (
     n.OI_INPUT_MIME_TYPE,
     n.TRACELOOP_ENTITY_INPUT,
 )
+#: The ``session_id``, ``user_id`` and ``conversation_id`` columns and the attribute each copies.
+ID_KEYS: Final = {
+    "session_id": "session.id",
+    "user_id": "user.id",
+    "conversation_id": attr.GEN_AI_CONVERSATION_ID,
+}
 #: Every attribute :func:`facts_from_otlp` decodes; all others are skipped without decoding their value.
 FACT_KEYS: Final = frozenset(
     KIND_KEYS
@@ -64,10 +71,11 @@ FACT_KEYS: Final = frozenset(
             "boundary",
             "attempt",
             "request_sha256",
+            "model",
         )
         for s in COLUMN_SOURCES[column]
     }
-    | {attr.SCHEMA_VIOLATIONS, n.LLM_REQUEST_TYPE, *_ROOT_KEYS, *_TOOL_REQUEST_KEYS}
+    | {attr.SCHEMA_VIOLATIONS, n.LLM_REQUEST_TYPE, *_ROOT_KEYS, *_TOOL_REQUEST_KEYS, *ID_KEYS.values()}
 )
 
 
@@ -98,6 +106,11 @@ class SpanFacts:
     harness_revision: str | None = None
     env_revision: str | None = None
     prompt_version: str | None = None
+    #: USD of an llm span of a priced model (None otherwise; see :mod:`._pricing`).
+    cost_usd: float | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +139,12 @@ class TraceSignals:
     harness_revision: str | None = None
     env_revision: str | None = None
     prompt_version: str | None = None
+    #: Sum over the llm spans; None when one has no price, 0.0 when there is none.
+    cost_usd: float | None = None
+    # the root span's ids (None without a root)
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_id: str | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -197,7 +216,33 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
         harness_revision=root.harness_revision if root else None,
         env_revision=root.env_revision if root else None,
         prompt_version=root.prompt_version if root else None,
+        cost_usd=trace_cost(spans),
+        session_id=root.session_id if root else None,
+        user_id=root.user_id if root else None,
+        conversation_id=root.conversation_id if root else None,
     )
+
+
+def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None = None) -> float | None:
+    """The cost of a trace: the sum of its llm spans' costs, None if one is unpriced, 0.0 if it has none.
+
+    ``spans`` are records with ``span_id``, ``parent_span_id`` and ``kind`` (the writers'
+    :class:`SpanFacts`, the collector's buffered spans); ``cost`` gives one span's USD (default: its
+    ``cost_usd``). A nested model call is left out, as in every other count
+    (:func:`tailcut.signals.is_nested_call`).
+    """
+    kinds = {span.span_id: span.kind for span in spans}
+    total = 0.0
+    for span in spans:
+        parent = span.parent_span_id
+        parent_kind = kinds.get(parent) if parent and parent != span.span_id else None
+        if span.kind != "llm" or is_nested_call(span.kind, parent_kind):
+            continue
+        value = span.cost_usd if cost is None else cost(span)
+        if value is None:
+            return None
+        total += value
+    return total
 
 
 def traces_row(
@@ -282,6 +327,10 @@ def traces_row(
         "has_root": signals.has_root,
         "orphan_count": signals.orphan_count,
         "late_spans": late_spans,
+        "cost_usd": signals.cost_usd,
+        "session_id": signals.session_id,
+        "user_id": signals.user_id,
+        "conversation_id": signals.conversation_id,
     }
 
 
@@ -334,6 +383,11 @@ def _facts(
         request_sha = tool_request_sha256(values)
     attempt = first_source(values, "attempt", kind)[0]
     root = parent_span_id is None
+    input_tokens = first_source(values, "input_tokens", kind)[0] or 0
+    output_tokens = first_source(values, "output_tokens", kind)[0] or 0
+    cost = None
+    if kind == "llm":
+        cost = default_pricing().cost(first_source(values, "model", kind)[0], input_tokens, output_tokens)
     return SpanFacts(
         trace_id=trace_id,
         span_id=span_id,
@@ -343,8 +397,8 @@ def _facts(
         failed=failed,
         start_ns=start_ns,
         end_ns=end_ns,
-        input_tokens=first_source(values, "input_tokens", kind)[0] or 0,
-        output_tokens=first_source(values, "output_tokens", kind)[0] or 0,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         boundary=boundary,
         request_sha256=request_sha,
         attempt=attempt if attempt is not None else 1,
@@ -356,6 +410,8 @@ def _facts(
         harness_revision=_text(values.get(attr.HARNESS_REVISION)) if root else None,
         env_revision=_text(values.get(attr.ENV_REVISION)) if root else None,
         prompt_version=_text(values.get(attr.PROMPT_VERSION)) if root else None,
+        cost_usd=cost,
+        **{column: _text(values.get(key)) for column, key in ID_KEYS.items()},
     )
 
 
@@ -421,6 +477,8 @@ def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
         harness_revision=attributes.get(attr.HARNESS_REVISION) if root else None,
         env_revision=attributes.get(attr.ENV_REVISION) if root else None,
         prompt_version=attributes.get(attr.PROMPT_VERSION) if root else None,
+        cost_usd=row.get("cost_usd"),
+        **{column: row.get(column) for column in ID_KEYS},
     )
 
 
@@ -441,6 +499,8 @@ _FACT_COLUMNS: Final = (
     "service_name",
     "agent_name",
     "attributes",
+    "cost_usd",
+    *ID_KEYS,
 )
 
 

@@ -111,6 +111,11 @@ SPANS: Final = pa.schema(
         # additions beyond DESIGN.md section 4
         _f("scope_name", pa.string()),  # instrumentation scope that produced the span
         _f("is_orphan", pa.bool_(), False),  # its parent never arrived; treated as a subtree root
+        # cost, session and user (issue 15): the ids are copies of the span's attributes of the same name
+        _f("cost_usd", pa.float64()),  # llm spans of a priced model (tailcut.exporters._pricing), else null
+        _f("session_id", pa.string()),  # session.id
+        _f("user_id", pa.string()),  # user.id
+        _f("conversation_id", pa.string()),  # gen_ai.conversation.id
     ],
     metadata={TABLE_KEY: b"spans", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
@@ -154,6 +159,11 @@ TRACES: Final = pa.schema(
         _f("has_root", pa.bool_(), False),  # a root span arrived before the decision
         _f("orphan_count", pa.int32(), False),
         _f("late_spans", pa.int32(), False),  # spans that arrived after the decision (kept: written)
+        # cost, session and user (issue 15), on dropped traces' rows too
+        _f("cost_usd", pa.float64()),  # sum over llm spans; null if one has no price (0 with no llm span)
+        _f("session_id", pa.string()),  # the root span's session.id
+        _f("user_id", pa.string()),  # the root span's user.id
+        _f("conversation_id", pa.string()),  # the root span's gen_ai.conversation.id
     ],
     metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
