@@ -204,6 +204,27 @@ def read_table(data: Path, table: str) -> pa.Table:
     ).to_table()
 
 
+def split_in_two(fleet: FleetData, target: Path, column: str, names: tuple[str, str]) -> Path:
+    """The fleet's traffic as two alike groups (alternate tickets get ``names[0]`` and ``names[1]`` in
+    ``column``): every failure kept, and half of each group's traffic in a 50% baseline slice."""
+    ticket = {r.trace_id: r.ticket_id for r in fleet.runs}
+
+    def decide(row: dict[str, Any]) -> dict[str, Any]:
+        trace_id = row["trace_id"]
+        fails, member = trace_id in fleet.failing, ticket[trace_id] % 4 in (0, 1)
+        return {
+            column: names[ticket[trace_id] % 2],
+            "kept": fails or member,
+            "baseline": member,
+            "inclusion_probability": 1.0 if fails else 0.5,
+            "policies": ["failures"] * fails + ["baseline"] * member,
+            "decision_reason": "root_end",
+        }
+
+    rewrite(fleet.path, target, decide)
+    return target
+
+
 def rewrite(
     source: Path,
     target: Path,

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailcut.cli import cli
-from tests.analysis_support import fleet_data, rewrite, tail_sample
+from tests.analysis_support import fleet_data, split_in_two, tail_sample
 
 ESTIMATE = {
     "value",
@@ -69,22 +69,7 @@ def revisions(fleet, tmp_path_factory):
 def unchanged(fleet, tmp_path_factory):
     """Two halves of the same traffic (alternate tickets as harness_revision A and B), kept alike."""
     path = tmp_path_factory.mktemp("unchanged") / "data"
-    ticket = {r.trace_id: r.ticket_id for r in fleet.runs}
-
-    def decide(row: dict[str, Any]) -> dict[str, Any]:
-        trace_id = row["trace_id"]
-        fails, member = trace_id in fleet.failing, ticket[trace_id] % 4 in (0, 1)
-        return {
-            "harness_revision": "A" if ticket[trace_id] % 2 == 0 else "B",
-            "kept": fails or member,
-            "baseline": member,
-            "inclusion_probability": 1.0 if fails else 0.5,
-            "policies": ["failures"] * fails + ["baseline"] * member,
-            "decision_reason": "root_end",
-        }
-
-    rewrite(fleet.path, path, decide)
-    return path
+    return split_in_two(fleet, path, "harness_revision", ("A", "B"))
 
 
 def run(*args: str):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -23,7 +22,7 @@ from tailcut.collector._signals import SignalTally
 from tailcut.errors import ConfigError
 from tailcut.exporters import compute_signals, facts_from_otlp
 from tailcut.exporters._pricing import PRICING_ENV, default_pricing, load_pricing
-from tests.analysis_support import fleet_data, rewrite
+from tests.analysis_support import fleet_data, split_in_two
 from tests.test_collector_helpers import export_request, post, rows, span, start_collector
 
 PRICED = {"gpt-4o": (2.5, 10.0), "gpt-4o-mini": (0.15, 0.6), "claude-sonnet-4": (3.0, 15.0)}
@@ -259,22 +258,7 @@ def sessions(tmp_path_factory):
     """The demo fleet, its tickets split into two sessions, half of each session's traffic in the slice."""
     fleet = fleet_data(tmp_path_factory)
     path = tmp_path_factory.mktemp("sessions") / "data"
-    ticket = {r.trace_id: r.ticket_id for r in fleet.runs}
-
-    def decide(row: dict[str, Any]) -> dict[str, Any]:
-        trace_id = row["trace_id"]
-        fails, member = trace_id in fleet.failing, ticket[trace_id] % 4 in (0, 1)
-        return {
-            "session_id": "sess-A" if ticket[trace_id] % 2 == 0 else "sess-B",
-            "kept": fails or member,
-            "baseline": member,
-            "inclusion_probability": 1.0 if fails else 0.5,
-            "policies": ["failures"] * fails + ["baseline"] * member,
-            "decision_reason": "root_end",
-        }
-
-    rewrite(fleet.path, path, decide)
-    return path
+    return split_in_two(fleet, path, "session_id", ("sess-A", "sess-B"))
 
 
 def test_compare_by_session_id(sessions):
