@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
+from tailcut.cli import format_option
+
 _data_option = click.option(
     "--data",
     "data_dir",
@@ -24,13 +26,8 @@ _data_option = click.option(
 )
 
 
-_report_format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="table for people; json (one object, keys in the README) or csv (one row per item) for machines.",
+_report_format_option = format_option(
+    "table for people; json (one object, keys in the README) or csv (one row per item) for machines."
 )
 
 

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from tailcut.cli import format_option
 from tailcut.errors import TailcutError
 
 
@@ -70,14 +71,7 @@ from tailcut.errors import TailcutError
     show_default=True,
     help="Exit with status 1 when any rerun fails its check or diverges; --no-strict only reports.",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-    help="table: lines for a reader; json: one object with stable keys; csv: one row per trace.",
-)
+@format_option("table: lines for a reader; json: one object with stable keys; csv: one row per trace.")
 def replay(
     corpus: str,
     agent: str,
@@ -93,7 +87,7 @@ def replay(
     on_divergence: str | None,
     relax: tuple[str, ...],
     strict: bool,
-    output_format: str,
+    fmt: str,
 ) -> None:
     """Replay the runs of CORPUS: recorded, live or cut-point.
 
@@ -147,9 +141,9 @@ def replay(
             )
         except TailcutError as exc:
             raise click.ClickException(str(exc)) from None
-    if output_format == "json":
+    if fmt == "json":
         click.echo(json.dumps(report_dict(report, strict=strict), indent=2))
-    elif output_format == "csv":
+    elif fmt == "csv":
         click.echo(report_csv(report), nl=False)
     else:
         for line in report.summary_lines():

@@ -10,6 +10,7 @@ propagates with its traceback.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -32,6 +33,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("tailcut.replay.cli:replay", "Replay a corpus: recorded, live or cut-point."),
     "ui": ("tailcut.ui.cli:ui", "Browse traces, spans, findings and replays in a local web viewer."),
 }
+
+
+def format_option(help_text: str) -> Callable[[Any], Any]:
+    """``--format table|json|csv`` (the ``fmt`` parameter): one flag for every command that reports."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json", "csv"]),
+        default="table",
+        show_default=True,
+        help=help_text,
+    )
 
 
 class LazyGroup(click.Group):
