@@ -167,7 +167,7 @@ def test_a_unified_diff_is_aligned_side_by_side():
 
 def test_bad_parameters_are_refused_naming_the_choices():
     for params, message in (
-        ({"sort": "cost"}, "sort must be one of start, duration, tokens"),
+        ({"sort": "price"}, "sort must be one of start, duration, tokens, cost"),
         ({"page": "0"}, "page must be between 1 and 10,000,000"),
         ({"page": "10000001"}, "page must be between 1 and 10,000,000"),
         ({"page": "x"}, "page must be a whole number"),
@@ -301,7 +301,8 @@ def test_the_traces_page_counts_kept_of_seen_and_filters(client):
     kept = client.get("/", params={"kept": "no"})
     assert DROPPED in kept.text and f"/traces/{TRACE}" not in kept.text
     assert "0 kept of 1 seen" in kept.text
-    assert client.get("/", params={"sort": "cost"}).status_code == 400
+    assert client.get("/", params={"sort": "price"}).status_code == 400
+    assert f"/traces/{TRACE}" in client.get("/", params={"sort": "cost"}).text  # unpriced traces sort last
     assert f"/traces/{TRACE}" in client.get("/", params={"q": "AAAA"}).text  # part of the id, any case
     assert "No trace matches" in client.get("/", params={"q": "bbbb"}).text
     assert "No trace matches" in client.get("/", params={"since": "2100-01-01"}).text

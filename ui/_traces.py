@@ -18,11 +18,12 @@ from tailcut.ui._errors import BadRequest
 
 PAGE_SIZE: Final = 50
 MAX_PAGE: Final = 10_000_000
-#: Sort keys of the URL → the SQL expression they order by (cost is not recorded by any span, so absent).
+#: Sort keys of the URL → the SQL expression they order by (an unpriced trace's cost is null: last).
 SORTS: Final = {
     "start": "start_time",
     "duration": "duration_ms",
     "tokens": "(input_tokens + output_tokens)",
+    "cost": "cost_usd",
 }
 #: Filters given as exact text values of a ``traces`` column.
 COLUMN_FILTERS: Final = {
@@ -156,7 +157,7 @@ def page_sql(query: TraceQuery) -> tuple[str, dict[str, Any]]:
         ),
         page AS (SELECT * FROM matched p ORDER BY {order} LIMIT $limit OFFSET $offset)
         SELECT p.trace_id, p.start_time, p.duration_ms, p.span_count, p.error_count,
-               p.input_tokens + p.output_tokens AS tokens, p.outcome, p.kept, p.baseline,
+               p.input_tokens + p.output_tokens AS tokens, p.cost_usd, p.outcome, p.kept, p.baseline,
                p.inclusion_probability, p.policies, p.decision_reason, p.harness_revision,
                p.prompt_version, p.service_name, p.root_name,
                (SELECT list(DISTINCT f.category ORDER BY f.category) FROM findings f
