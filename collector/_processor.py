@@ -35,9 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from google.protobuf.message import DecodeError
 from google.rpc import code_pb2
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from tailcut import attributes as attr
@@ -68,7 +66,7 @@ from tailcut.collector._journal import (
     spans_record,
 )
 from tailcut.collector._metrics import TS, CollectorMetrics
-from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, bad_request, overloaded, parse_framed
+from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, overloaded, parse_framed
 from tailcut.collector._receivers import IngestResult
 from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
@@ -472,10 +470,6 @@ class Processor:
             400 for a malformed body, 429 when full, 503 while an I/O error lasts (retry delay given).
         """
         self._check_room()
-        try:
-            ExportTraceServiceRequest.FromString(body)  # everything decodes, or nothing is buffered
-        except DecodeError as exc:
-            raise bad_request(f"malformed protobuf body: {exc}") from None
         now = time.monotonic()
         result = self._ingest(body, transport, now)
         try:
@@ -489,7 +483,11 @@ class Processor:
         return result
 
     def _ingest(self, body: bytes | bytearray, transport: str, now: float) -> IngestResult:
-        """Buffer the spans of a validated request (also a replayed one: then no early decisions)."""
+        """Buffer the spans of a request (also a replayed one: then no early decisions).
+
+        :func:`~tailcut.collector._otlp.parse_framed` validates the whole request first, so a malformed
+        one is refused (400) before anything is buffered.
+        """
         request = parse_framed(body)
         replaying = self._replaying
         buffer = self.buffer
