@@ -1,0 +1,74 @@
+"""The ``spans`` view's ``request`` column: full requests put back from their pieces as they are read.
+
+LLM requests are stored as a skeleton plus content-addressed pieces (``tailcut.exporters._pieces``). The
+raw ``spans`` view is renamed ``_spans_stored`` and ``spans`` becomes the same rows with ``request``
+replaced, for the rows marked ``tailcut.request.pieced``, by the scalar function ``tailcut_request``,
+which expands the skeleton from the trace's pieces and verifies every piece and the result's sha256.
+Queries that do not read ``request`` never call it; a missing or damaged piece fails the query with an
+error naming the trace, the boundary and the hash.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from tailcut import attributes as attr
+from tailcut.analysis._source import is_remote
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from tailcut.exporters._pieces import PieceReader
+
+FUNCTION: Final = "tailcut_request"
+STORED_VIEW: Final = "_spans_stored"
+
+
+class Requests:
+    """The scalar function's state: the reader of the data dir's pieces (replaced on refresh)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.reader: PieceReader | None = None
+
+    def refresh(self) -> None:
+        from tailcut.exporters._pieces import PieceReader
+
+        self.reader = None if is_remote(self.location) else PieceReader(self.location)
+
+    def __call__(
+        self, trace_id: str, boundary: str | None, request: str | None, sha256: str | None
+    ) -> str | None:
+        from tailcut.exporters._pieces import PieceError
+
+        if request is None:
+            return None
+        if self.reader is None:
+            raise PieceError(
+                f"trace {trace_id}, boundary {boundary or '?'}: the request is stored as pieces, which are "
+                f"read from a local data dir only (not {self.location})"
+            )
+        return self.reader.request(request, trace_id=trace_id, boundary=boundary, sha256=sha256)
+
+
+def install(connection: duckdb.DuckDBPyConnection, location: str, state: Requests | None) -> Requests:
+    """Make ``spans`` put requests back together (after the raw view was (re)created); returns the state."""
+    if state is None:
+        state = Requests(location)
+        connection.create_function(
+            FUNCTION,
+            state,
+            ["VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR"],
+            "VARCHAR",
+            null_handling="special",
+            side_effects=False,
+        )
+    state.refresh()
+    connection.execute(f"DROP VIEW IF EXISTS {STORED_VIEW}")
+    connection.execute(f"ALTER VIEW spans RENAME TO {STORED_VIEW}")
+    connection.execute(
+        f"CREATE VIEW spans AS SELECT * REPLACE (CASE WHEN attributes['{attr.REQUEST_PIECED}'] = 'true' "
+        f"THEN CAST({FUNCTION}(trace_id, boundary, CAST(request AS VARCHAR), request_sha256) AS JSON) "
+        f"ELSE request END AS request) FROM {STORED_VIEW}"
+    )
+    return state
