@@ -1,11 +1,11 @@
-"""The ``spans`` view's ``request`` column: full requests put back from their pieces as they are read.
+"""The ``spans`` view's payload columns: full requests and responses put back from their pieces on read.
 
 LLM requests are stored as a skeleton plus content-addressed pieces (``tailcut.exporters._pieces``). The
 raw ``spans`` view is renamed ``_spans_stored`` and ``spans`` becomes the same rows with ``request``
-replaced, for the rows marked ``tailcut.request.pieced``, by the scalar function ``tailcut_request``,
-which expands the skeleton from the trace's pieces and verifies every piece and the result's sha256.
-Queries that do not read ``request`` never call it; a missing or damaged piece fails the query with an
-error naming the trace, the boundary and the hash.
+and ``response`` replaced, for the rows marked ``tailcut.request.pieced`` / ``tailcut.response.pieced``,
+by the scalar function ``tailcut_request``, which expands the skeleton from the trace's pieces and
+verifies every piece and the result's sha256. Queries that read neither column never call it; a
+missing or damaged piece fails the query with an error naming the trace, the boundary and the hash.
 """
 
 from __future__ import annotations
@@ -37,18 +37,18 @@ class Requests:
         self.reader = None if is_remote(self.location) else PieceReader(self.location)
 
     def __call__(
-        self, trace_id: str, boundary: str | None, request: str | None, sha256: str | None
+        self, trace_id: str, boundary: str | None, field: str, text: str | None, sha256: str | None
     ) -> str | None:
         from tailcut.exporters._pieces import PieceError
 
-        if request is None:
+        if text is None:
             return None
         if self.reader is None:
             raise PieceError(
-                f"trace {trace_id}, boundary {boundary or '?'}: the request is stored as pieces, which are "
+                f"trace {trace_id}, boundary {boundary or '?'}, {field}: stored as pieces, which are "
                 f"read from a local data dir only (not {self.location})"
             )
-        return self.reader.request(request, trace_id=trace_id, boundary=boundary, sha256=sha256)
+        return self.reader.payload(text, trace_id=trace_id, boundary=boundary, sha256=sha256, field=field)
 
 
 def install(connection: duckdb.DuckDBPyConnection, location: str, state: Requests | None) -> Requests:
@@ -58,7 +58,7 @@ def install(connection: duckdb.DuckDBPyConnection, location: str, state: Request
         connection.create_function(
             FUNCTION,
             state,
-            ["VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR"],
+            ["VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR"],
             "VARCHAR",
             null_handling="special",
             side_effects=False,
@@ -66,9 +66,10 @@ def install(connection: duckdb.DuckDBPyConnection, location: str, state: Request
     state.refresh()
     connection.execute(f"DROP VIEW IF EXISTS {STORED_VIEW}")
     connection.execute(f"ALTER VIEW spans RENAME TO {STORED_VIEW}")
-    connection.execute(
-        f"CREATE VIEW spans AS SELECT * REPLACE (CASE WHEN attributes['{attr.REQUEST_PIECED}'] = 'true' "
-        f"THEN CAST({FUNCTION}(trace_id, boundary, CAST(request AS VARCHAR), request_sha256) AS JSON) "
-        f"ELSE request END AS request) FROM {STORED_VIEW}"
+    columns = ", ".join(
+        f"CASE WHEN attributes['{marker}'] = 'true' THEN CAST({FUNCTION}(trace_id, boundary, '{column}', "
+        f"CAST({column} AS VARCHAR), {column}_sha256) AS JSON) ELSE {column} END AS {column}"
+        for column, marker in (("request", attr.REQUEST_PIECED), ("response", attr.RESPONSE_PIECED))
     )
+    connection.execute(f"CREATE VIEW spans AS SELECT * REPLACE ({columns}) FROM {STORED_VIEW}")
     return state

@@ -25,13 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from tailcut import attributes as attr
-from tailcut._pieces import TOKEN_START, expand
+from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECES_SUFFIX, TOKEN_START, expand
 from tailcut.errors import TailcutError
 from tailcut.exporters.schema import PIECES
 from tailcut.payloads import PayloadStore, PayloadStoreError
 
 PIECES_DIR: Final = "pieces"
+#: The attributes that carry pieces (``tailcut.request.pieces``, ...).
+_PIECES_KEYS: Final = pa.array([name + PIECES_SUFFIX for name in PAYLOAD_ATTRIBUTES.values()])
 #: Traces whose pieces a reader keeps in memory.
 _CACHED_TRACES: Final = 64
 
@@ -47,7 +48,7 @@ def take_pieces(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     """
     attributes = table.column("attributes").combine_chunks()
     keys = attributes.keys
-    mask = pc.equal(keys, attr.PIECES).to_numpy(zero_copy_only=False)
+    mask = pc.is_in(keys, value_set=_PIECES_KEYS).to_numpy(zero_copy_only=False)
     if not mask.any():
         return table, PIECES.empty_table()
     entries = np.flatnonzero(mask)
@@ -113,8 +114,10 @@ class PieceReader:
         self._cache: collections.OrderedDict[str, dict[str, str]] = collections.OrderedDict()
         self._dataset: ds.Dataset | None = None
 
-    def request(self, text: str, *, trace_id: str, boundary: str | None, sha256: str | None) -> str:
-        """The full canonical request behind a recorded ``request`` value (the value itself if whole).
+    def payload(
+        self, text: str, *, trace_id: str, boundary: str | None, sha256: str | None, field: str = "request"
+    ) -> str:
+        """The full canonical payload behind a recorded value (the value itself if it is whole).
 
         Raises
         ------
@@ -124,19 +127,19 @@ class PieceReader:
         if TOKEN_START not in text:
             return text
         pieces = self._pieces(trace_id)
-        where = f"trace {trace_id}, boundary {boundary or '?'}"
+        where = f"trace {trace_id}, boundary {boundary or '?'}, {field}"
 
         def lookup(sha: str) -> str:
             piece = pieces.get(sha)
             if piece is None:
                 piece = self._stored(sha, where)
             elif hashlib.sha256(piece.encode("utf-8")).hexdigest() != sha:
-                raise PieceError(f"{where}: request piece sha256:{sha} is damaged (does not match its hash)")
+                raise PieceError(f"{where}: piece sha256:{sha} is damaged (does not match its hash)")
             return piece
 
         full = expand(text, lookup)
         if sha256 and hashlib.sha256(full.encode("utf-8")).hexdigest() != sha256:
-            raise PieceError(f"{where}: the request put back from its pieces does not match sha256:{sha256}")
+            raise PieceError(f"{where}: the text put back from its pieces does not match sha256:{sha256}")
         return full
 
     def _stored(self, sha: str, where: str) -> str:
@@ -147,9 +150,9 @@ class PieceReader:
                 return store.get_text(sha)
             except PayloadStoreError:
                 raise PieceError(
-                    f"{where}: request piece sha256:{sha} is damaged (does not match its hash)"
+                    f"{where}: piece sha256:{sha} is damaged (does not match its hash)"
                 ) from None
-        raise PieceError(f"{where}: request piece sha256:{sha} is missing from {self.root}")
+        raise PieceError(f"{where}: piece sha256:{sha} is missing from {self.root}")
 
     def _pieces(self, trace_id: str) -> dict[str, str]:
         with self._lock:

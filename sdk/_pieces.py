@@ -31,7 +31,6 @@ import orjson
 from tailcut import _config
 from tailcut import attributes as attr
 from tailcut.canonical import canonical_json, sha256_hex
-from tailcut.payloads import PayloadStoreError
 
 #: The key of a placeholder object.
 PIECE_KEY: Final = "$tailcut.piece"
@@ -40,11 +39,22 @@ TOKEN_START: Final = '{"' + PIECE_KEY + '":"'
 #: The request fields recorded as pieces (OpenAI Chat and Responses, Anthropic Messages).
 SPLIT_FIELDS: Final = ("messages", "input", "tools", "system", "instructions")
 
+#: The span attribute of each payload field; ``<attribute>.pieces`` carries its pieces.
+PAYLOAD_ATTRIBUTES: Final = {
+    "request": attr.REQUEST,
+    "response": attr.RESPONSE,
+    "events": attr.STREAM_EVENTS,
+    "input": attr.RUN_INPUT,
+    "output": attr.RUN_OUTPUT,
+}
+PIECES_SUFFIX: Final = ".pieces"
+PIECED_SUFFIX: Final = ".pieced"
+
 _TOKEN: Final = re.compile(r'\{"\$tailcut\.piece":"([0-9a-f]{64})"\}')
 
 
 class Split(NamedTuple):
-    """A request as recorded: its skeleton and its pieces (sha256 -> text, in first-use order)."""
+    """A payload as recorded: its skeleton and its pieces (sha256 -> text, in first-use order)."""
 
     skeleton: str
     pieces: dict[str, str]
@@ -55,45 +65,89 @@ def placeholder(sha256: str) -> str:
     return TOKEN_START + sha256 + '"}'
 
 
-def _add(pieces: dict[str, str], text: str) -> str:
-    sha = sha256_hex(text)
-    pieces.setdefault(sha, text)
-    return sha
+class _Pieces:
+    """Collects pieces no longer than ``limit`` UTF-8 bytes; a longer text becomes a tree of chunks."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(limit, 4 * len(placeholder("0" * 64)))
+        self.pieces: dict[str, str] = {}
+
+    def add(self, text: str) -> str:
+        """Add ``text`` and return the hash whose placeholder stands for it."""
+        if len(text) * 4 > self.limit:
+            data = text.encode("utf-8")
+            if len(data) > self.limit:
+                return self._tree(data)
+        return self._put(text)
+
+    def _put(self, text: str) -> str:
+        sha = sha256_hex(text)
+        self.pieces.setdefault(sha, text)
+        return sha
+
+    def _tree(self, data: bytes) -> str:
+        """Chunks of ``data`` cut at character boundaries, joined by nodes of concatenated placeholders."""
+        level: list[str] = []
+        start = 0
+        while start < len(data):
+            end = min(start + self.limit, len(data))
+            while end < len(data) and data[end] & 0xC0 == 0x80:  # not inside a UTF-8 sequence
+                end -= 1
+            level.append(self._put(data[start:end].decode("utf-8")))
+            start = end
+        fan_out = self.limit // len(placeholder(level[0]))
+        while len(level) > 1:
+            level = [
+                self._put("".join(placeholder(sha) for sha in level[i : i + fan_out]))
+                for i in range(0, len(level), fan_out)
+            ]
+        return level[0]
 
 
-def split_request(text: str) -> Split | None:
-    """The skeleton and pieces of a request's canonical JSON, or None when it has nothing to split.
+def split_payload(text: str, *, limit: int, structured: bool) -> Split | None:
+    """The skeleton and pieces of a payload's canonical JSON, or None to record it as it is.
 
-    A request that already contains a placeholder token is left whole (its text could not be told from a
-    skeleton), and so is one whose skeleton would not expand back to exactly ``text``.
+    ``structured`` (LLM requests) splits out the messages, tools and instructions; any payload over
+    ``limit`` bytes, and any piece over it, is cut into chunks. A payload that already contains a
+    placeholder token is left whole (its text could not be told from a skeleton), and so is one whose
+    skeleton would not expand back to exactly ``text``.
     """
     if TOKEN_START in text:
         return None
+    pieces = _Pieces(limit)
+    skeleton = _split_fields(text, pieces) if structured else None
+    if skeleton is None or len(skeleton) > limit:
+        if len(text) <= limit and len(text.encode("utf-8")) <= limit:
+            return None
+        pieces.pieces.clear()
+        skeleton = placeholder(pieces.add(text))
+    if expand(skeleton, pieces.pieces.__getitem__) != text:  # not canonical as given: record it whole
+        return None
+    return Split(skeleton, pieces.pieces)
+
+
+def _split_fields(text: str, pieces: _Pieces) -> str | None:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(value, dict):
         return None
-    pieces: dict[str, str] = {}
+    found = False
     for key in SPLIT_FIELDS:
         item = value.get(key)
         if item is None or item == [] or item == "":
             continue
+        found = True
         if isinstance(item, list):
             link = ""
             for element in item:
-                sha = _add(pieces, canonical_json(element))
-                link = sha if not link else _add(pieces, placeholder(link) + "," + placeholder(sha))
+                sha = pieces.add(canonical_json(element))
+                link = sha if not link else pieces.add(placeholder(link) + "," + placeholder(sha))
             value[key] = [{PIECE_KEY: link}]
         else:
-            value[key] = {PIECE_KEY: _add(pieces, canonical_json(item))}
-    if not pieces:
-        return None
-    skeleton = canonical_json(value)
-    if expand(skeleton, pieces.__getitem__) != text:  # not canonical as given: record it whole
-        return None
-    return Split(skeleton, pieces)
+            value[key] = {PIECE_KEY: pieces.add(canonical_json(item))}
+    return canonical_json(value) if found else None
 
 
 def expand(text: str, lookup: Callable[[str], str]) -> str:
@@ -135,35 +189,21 @@ class PieceLedger:
         return new
 
 
-def pieced_request(
-    config: _config.Config, ledger: PieceLedger, text: str
+def recorded_pieces(
+    config: _config.Config, ledger: PieceLedger, kind: str, field: str, text: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """The skeleton to record for an LLM request and the span attributes carrying its new pieces.
+    """The skeleton to record for a payload and the span attributes carrying its new pieces.
 
-    None when the request is recorded whole: it has nothing to split, or its skeleton alone is over the
-    inline limit (it is then offloaded whole, as any large payload).
+    An LLM request is split into its messages, tools and instructions; any payload over the inline
+    limit into chunks. None when the payload is recorded as it is. The pieces travel in
+    ``<payload attribute>.pieces`` and the skeleton is marked by ``<payload attribute>.pieced``.
     """
-    split = split_request(text)
-    if split is None or len(split.skeleton) > config.inline_limit:
+    split = split_payload(text, limit=config.inline_limit, structured=kind == "llm" and field == "request")
+    if split is None:
         return None
-    attributes: dict[str, Any] = {attr.REQUEST_PIECED: True}
-    inline: list[str] = []
-    refs: list[str] = []
-    for sha, piece in ledger.unsent(split.pieces).items():
-        data = piece.encode("utf-8") if len(piece) * 4 > config.inline_limit else b""
-        if len(data) <= config.inline_limit:
-            inline.append(piece)
-            continue
-        try:
-            if config.payload_store is None:
-                raise PayloadStoreError("no payload store is configured")
-            refs.append(config.payload_store.put(data, sha))
-        except PayloadStoreError as exc:
-            _config.counters.add("payloads_lost")
-            _config.counters.warn_once("payload-store", "tailcut: payload not stored: %s", exc)
-            attributes[attr.PAYLOAD_ERROR] = f"request piece sha256:{sha}: {exc}"
-    if inline:
-        attributes[attr.PIECES] = inline
-    if refs:
-        attributes[attr.PAYLOAD_REF] = refs
+    name = PAYLOAD_ATTRIBUTES[field]
+    attributes: dict[str, Any] = {name + PIECED_SUFFIX: True}
+    new = ledger.unsent(split.pieces)
+    if new:
+        attributes[name + PIECES_SUFFIX] = list(new.values())
     return split.skeleton, attributes

@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from tailcut import _config
 from tailcut import attributes as attr
 from tailcut._guard import hook_error, internal_error, never_raises
-from tailcut._pieces import PieceLedger, pieced_request
+from tailcut._pieces import PieceLedger, recorded_pieces
 from tailcut._run_state import _ATTEMPT, _DEPTH, _TOOL_CALL_ID, RunState, current_run_state
 from tailcut.canonical import canonical_bytes, canonical_json, loads, sha256_hex
 from tailcut.errors import CanonicalEncodingError, Divergence, RedactHookError
@@ -75,8 +75,9 @@ def encode_payload(
     """Canonicalise, redact, hash and (when over the inline limit) offload one payload.
 
     ``canonical`` skips encoding when the caller already holds the canonical text. With ``ledger`` (the
-    run's), an LLM request is recorded as a skeleton plus the pieces its trace has not carried yet
-    (:mod:`tailcut._pieces`).
+    run's), an LLM request, and any payload over the inline limit, is recorded as a skeleton plus the
+    pieces its trace has not carried yet (:mod:`tailcut._pieces`); without it (or with
+    ``self_contained``) a payload over the limit goes to the payload store.
 
     Raises
     ------
@@ -125,13 +126,12 @@ def encode_payload(
             attributes[size_key] = size
     elif (
         ledger is not None
-        and kind == "llm"
-        and field == "request"
         and not config.self_contained
-        and (pieced := pieced_request(config, ledger, text)) is not None
+        and (pieced := recorded_pieces(config, ledger, kind, field, text)) is not None
     ):
         inline = pieced[0]
-        attributes[size_key or attr.REQUEST_BYTES] = size
+        if size_key is not None:
+            attributes[size_key] = size
         attributes.update(pieced[1])
     elif size > config.inline_limit:
         if size_key is not None:
@@ -360,7 +360,9 @@ class BoundarySpan(RecordedSpan):
         """
         encoded: EncodedPayload | None = None
         try:
-            encoded = encode_payload(self.config, self.kind, field, response, canonical=canonical)
+            encoded = encode_payload(
+                self.config, self.kind, field, response, canonical=canonical, ledger=self.run.pieces
+            )
         except CanonicalEncodingError as exc:
             self._encoding_failed(field, exc)
         else:
