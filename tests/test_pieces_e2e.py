@@ -162,8 +162,8 @@ def test_20_mb_tool_result_and_llm_response_are_recorded_whole_and_replay(tmp_pa
 
     summary = write_corpus(data, [Selection(trace_id, "big")], tmp_path / "corpus")
     assert summary.not_replayable == {}
-    report = replay.run_replay(tmp_path / "corpus", loop_agent, n=1, canary=False)
-    assert [s.rate for s in report.traces()] == ["bit-stable 1/1 (recorded)"]
+    report = replay.run_replay(tmp_path / "corpus", loop_agent, n=2, canary=False)
+    assert [s.rate for s in report.traces()] == ["bit-stable 2/2 (recorded)"]
 
 
 def test_a_damaged_piece_is_refused_naming_trace_boundary_and_hash(tmp_path):
