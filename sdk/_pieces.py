@@ -107,23 +107,27 @@ class _Pieces:
 def split_payload(text: str, *, limit: int, structured: bool) -> Split | None:
     """The skeleton and pieces of a payload's canonical JSON, or None to record it as it is.
 
-    ``structured`` (LLM requests) splits out the messages, tools and instructions; any payload over
-    ``limit`` bytes, and any piece over it, is cut into chunks. A payload that already contains a
-    placeholder token is left whole (its text could not be told from a skeleton), and so is one whose
-    skeleton would not expand back to exactly ``text``.
+    ``structured`` (LLM requests) splits out the messages, tools and instructions, as long as the
+    skeleton expands back to exactly ``text`` (a number JSON parsers round, say, keeps the request
+    whole). Any payload still over ``limit`` bytes, and any piece over it, is cut into chunks. A payload
+    that already contains a placeholder token is left as it is (its text could not be told from a
+    skeleton).
     """
     if TOKEN_START in text:
         return None
-    pieces = _Pieces(limit)
-    skeleton = _split_fields(text, pieces) if structured else None
-    if skeleton is None or len(skeleton) > limit:
-        if len(text) <= limit and len(text.encode("utf-8")) <= limit:
-            return None
-        pieces.pieces.clear()
-        skeleton = placeholder(pieces.add(text))
-    if expand(skeleton, pieces.pieces.__getitem__) != text:  # not canonical as given: record it whole
+    if structured:
+        pieces = _Pieces(limit)
+        skeleton = _split_fields(text, pieces)
+        if (
+            skeleton is not None
+            and len(skeleton) <= limit
+            and expand(skeleton, pieces.pieces.__getitem__) == text
+        ):
+            return Split(skeleton, pieces.pieces)
+    if len(text) <= limit and len(text.encode("utf-8")) <= limit:
         return None
-    return Split(skeleton, pieces.pieces)
+    pieces = _Pieces(limit)
+    return Split(placeholder(pieces.add(text)), pieces.pieces)
 
 
 def _split_fields(text: str, pieces: _Pieces) -> str | None:

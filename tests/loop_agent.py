@@ -63,8 +63,12 @@ def main(argv: list[str]) -> None:
     tailcut.init(service_name="loop-agent", endpoint=endpoint, protocol=protocol, auto_instrument=True)
     server = ModelServer(clock=lambda: 1_700_000_000.0)
     with server:
-        server.enqueue(*(ScriptedReply(text=f"Step {i}: checking the next record.") for i in range(steps - 1)))
-        server.enqueue(ScriptedReply(text=("The refund ran twice. " * (BIG // 22 + 1))[:BIG] if big else "Done."))
+        server.enqueue(
+            *(ScriptedReply(text=f"Step {i}: checking the next record.") for i in range(steps - 1))
+        )
+        server.enqueue(
+            ScriptedReply(text=("The refund ran twice. " * (BIG // 22 + 1))[:BIG] if big else "Done.")
+        )
         with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
             CLIENT["openai"] = client
             loop_agent({"steps": steps, "big": big})
