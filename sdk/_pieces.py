@@ -39,6 +39,9 @@ TOKEN_START: Final = '{"' + PIECE_KEY + '":"'
 #: The request fields recorded as pieces (OpenAI Chat and Responses, Anthropic Messages).
 SPLIT_FIELDS: Final = ("messages", "input", "tools", "system", "instructions")
 
+#: Payloads (and message contents) at least this long are pieces of their own, so a tool result sent
+#: back to the model as a message's content is stored and sent once.
+MIN_PIECE: Final = 1024
 #: The span attribute of each payload field; ``<attribute>.pieces`` carries its pieces.
 PAYLOAD_ATTRIBUTES: Final = {
     "request": attr.REQUEST,
@@ -68,9 +71,11 @@ def placeholder(sha256: str) -> str:
 class _Pieces:
     """Collects pieces no longer than ``limit`` UTF-8 bytes; a longer text becomes a tree of chunks."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, known: dict[str, str] | None = None) -> None:
         self.limit = max(limit, 4 * len(placeholder("0" * 64)))
         self.pieces: dict[str, str] = {}
+        #: text -> sha256 of pieces seen before (a dict lookup is cheaper than hashing again)
+        self.known = known if known is not None else {}
 
     def add(self, text: str) -> str:
         """Add ``text`` and return the hash whose placeholder stands for it."""
@@ -81,7 +86,9 @@ class _Pieces:
         return self._put(text)
 
     def _put(self, text: str) -> str:
-        sha = sha256_hex(text)
+        sha = self.known.get(text)
+        if sha is None:
+            sha = self.known[text] = sha256_hex(text)
         self.pieces.setdefault(sha, text)
         return sha
 
@@ -104,38 +111,44 @@ class _Pieces:
         return level[0]
 
 
-def split_payload(text: str, *, limit: int, structured: bool) -> Split | None:
+def split_payload(
+    text: str, *, limit: int, structured: bool, known: dict[str, str] | None = None
+) -> Split | None:
     """The skeleton and pieces of a payload's canonical JSON, or None to record it as it is.
 
-    ``structured`` (LLM requests) splits out the messages, tools and instructions, as long as the
-    skeleton expands back to exactly ``text`` (a number JSON parsers round, say, keeps the request
-    whole). Any payload still over ``limit`` bytes, and any piece over it, is cut into chunks. A payload
-    that already contains a placeholder token is left as it is (its text could not be told from a
-    skeleton).
+    ``structured`` (LLM requests) splits out the messages (and their long ``content`` strings), tools
+    and instructions, as long as the skeleton expands back to exactly ``text`` (a number JSON parsers
+    round, say, keeps the request whole). Otherwise a payload of at least :data:`MIN_PIECE` characters,
+    or over ``limit`` bytes, becomes one piece; any piece over ``limit`` bytes is cut into chunks. A
+    payload that already contains a placeholder token is left as it is (its text could not be told
+    from a skeleton).
+    ``known`` (text -> sha256) memoises the hashes of pieces seen before.
     """
     if TOKEN_START in text:
         return None
     if structured:
-        pieces = _Pieces(limit)
+        pieces = _Pieces(limit, known)
         skeleton = _split_fields(text, pieces)
-        if (
-            skeleton is not None
-            and len(skeleton) <= limit
-            and expand(skeleton, pieces.pieces.__getitem__) == text
-        ):
+        if skeleton is not None and len(skeleton) <= limit:
             return Split(skeleton, pieces.pieces)
-    if len(text) <= limit and len(text.encode("utf-8")) <= limit:
+    if len(text) < MIN_PIECE and len(text.encode("utf-8")) <= limit:
         return None
-    pieces = _Pieces(limit)
+    pieces = _Pieces(limit, known)
     return Split(placeholder(pieces.add(text)), pieces.pieces)
 
 
 def _split_fields(text: str, pieces: _Pieces) -> str | None:
+    """The skeleton of a request object, or None when it has no field to split or is not canonical.
+
+    Canonical JSON is compositional (a nested value's text is its own canonical JSON), so when the
+    parsed value encodes back to exactly ``text``, each piece's text is the substring it replaces and
+    the skeleton expands back to ``text``.
+    """
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or canonical_json(value) != text:
         return None
     found = False
     for key in SPLIT_FIELDS:
@@ -146,6 +159,9 @@ def _split_fields(text: str, pieces: _Pieces) -> str | None:
         if isinstance(item, list):
             link = ""
             for element in item:
+                content = element.get("content") if isinstance(element, dict) else None
+                if isinstance(content, str) and len(content) >= MIN_PIECE:  # shared with a tool's result
+                    element = {**element, "content": {PIECE_KEY: pieces.add(canonical_json(content))}}
                 sha = pieces.add(canonical_json(element))
                 link = sha if not link else pieces.add(placeholder(link) + "," + placeholder(sha))
             value[key] = [{PIECE_KEY: link}]
@@ -177,13 +193,15 @@ def expand(text: str, lookup: Callable[[str], str]) -> str:
 
 
 class PieceLedger:
-    """The pieces a run already sent in its trace (thread-safe)."""
+    """The pieces a run already sent in its trace (thread-safe), and their hashes by text."""
 
-    __slots__ = ("_lock", "_sent")
+    __slots__ = ("_lock", "_sent", "known")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sent: set[str] = set()
+        #: text -> sha256 of every piece of the run so far
+        self.known: dict[str, str] = {}
 
     def unsent(self, pieces: dict[str, str]) -> dict[str, str]:
         """The pieces of ``pieces`` not sent before, now marked as sent."""

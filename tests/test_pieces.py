@@ -45,7 +45,7 @@ def test_skeleton_and_pieces_expand_to_the_exact_canonical_bytes(request, limit)
     text = canonical_json(request)
     split = split_payload(text, limit=limit, structured=True)
     if split is None:
-        assert len(text.encode()) <= limit or '{"$tailcut.piece":"' in text
+        assert (len(text) < 1024 and len(text.encode()) <= limit) or '{"$tailcut.piece":"' in text
         return
     assert expand(split.skeleton, split.pieces.__getitem__) == text
     assert len(split.skeleton) <= limit
@@ -58,7 +58,7 @@ def test_skeleton_and_pieces_expand_to_the_exact_canonical_bytes(request, limit)
 def test_any_text_over_the_limit_is_cut_at_character_boundaries(body, limit):
     text = canonical_json(body)
     split = split_payload(text, limit=limit, structured=False)
-    if len(text.encode()) <= limit:
+    if len(text) < 1024 and len(text.encode()) <= limit:
         assert split is None
     else:
         assert split is not None and expand(split.skeleton, split.pieces.__getitem__) == text
@@ -76,7 +76,8 @@ def test_a_growing_transcript_adds_a_constant_number_of_pieces_per_step():
         assert split is not None
         skeletons.add(len(split.skeleton))
         new_per_step.append(len(ledger.unsent(split.pieces)))
-    assert new_per_step[0] == 3 and set(new_per_step[1:]) == {2}  # the message and one chain link
+    # long contents are pieces of their own: per new message its content, the message and one chain link
+    assert new_per_step[0] == 5 and set(new_per_step[1:]) == {3}
     assert len(skeletons) == 1
 
 
@@ -124,7 +125,7 @@ def test_each_message_is_sent_once_per_trace_and_self_contained_sends_it_whole(s
     finally:
         tailcut.uninstrument_openai()
     sent = [list(s.attributes.get("tailcut.request.pieces", ())) for s in spans.by_kind("llm")]
-    assert [len(p) for p in sent] == [3, 2, 2]  # system, user, link; then one message and one link
+    assert [len(p) for p in sent] == [4, 2, 2]  # system (content, message), user, link; message, link
     assert SYSTEM in canonical_json(sent[0]) and not any(SYSTEM in canonical_json(p) for p in sent[1:])
     pieces = {sha256_hex(t): t for p in sent for t in p}
     for span, request in zip(spans.by_kind("llm"), server.requests[:3], strict=True):
@@ -186,3 +187,50 @@ def test_the_reader_names_a_missing_piece_and_passes_whole_payloads_through(tmp_
     with pytest.raises(PieceError, match=r"trace t, boundary b, request: piece sha256:0{64} is missing"):
         reader.payload(placeholder("0" * 64), trace_id="t", boundary="b", sha256=None)
     assert reader.payload('{"a":1}', trace_id="t", boundary="b", sha256=None) == '{"a":1}'
+
+
+def test_collect_forwards_spans_with_full_content(tmp_path: Path, server, oai):
+    import yaml
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from tailcut.collector import Collector, load_config
+    from tests.otlp_sink import OtlpSink
+    from tests.test_collector_helpers import write_config
+
+    with OtlpSink() as sink:
+        config = write_config(tmp_path, policies=[{"name": "all", "type": "always_sample"}])
+        document = yaml.safe_load(config.read_text())
+        document["exporters"]["otlphttp"] = {"endpoint": sink.endpoint}
+        document["service"]["pipelines"]["traces"]["exporters"].append("otlphttp")
+        config.write_text(yaml.safe_dump(document))
+        collector = Collector(load_config(config))
+        collector.start()
+        provider = TracerProvider()
+        url = f"http://127.0.0.1:{collector.ports.http}/v1/traces"
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url)))
+        previous = _config.install(_config.Config(enabled=True, tracer=provider.get_tracer("t")))
+        tailcut.instrument_openai()
+        lookup = tailcut.tool(name="lookup")(lambda step: f"result {step} " * 200)
+        try:
+            with tailcut.run("forwarded"):
+                messages = [{"role": "system", "content": SYSTEM}]
+                for step in range(3):
+                    oai.chat.completions.create(model="m", messages=messages)
+                    messages.append({"role": "user", "content": lookup(step)})
+        finally:
+            tailcut.uninstrument_openai()
+            _config.install(previous)
+            provider.shutdown()
+            assert collector.wait_idle(30)
+            collector.stop()
+    forwarded = [span for _, span in sink.spans]
+    attributes = [{kv.key: kv.value for kv in span.attributes} for span in forwarded]
+    llm = [a for a in attributes if a["tailcut.kind"].string_value == "llm"]
+    assert [a[attr.REQUEST].string_value for a in llm] == [canonical_json(r.body) for r in server.requests]
+    tools = [a for a in attributes if a["tailcut.kind"].string_value == "tool"]
+    assert [json.loads(a[attr.GEN_AI_TOOL_CALL_RESULT].string_value) for a in tools] == [
+        f"result {step} " * 200 for step in range(3)
+    ]
+    assert not any(key.endswith((".pieces", ".pieced")) for a in attributes for key in a)
