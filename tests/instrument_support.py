@@ -38,8 +38,8 @@ def events_of(span: ReadableSpan) -> list[Any]:
 def served_from(span: ReadableSpan) -> Served:
     """What a replay session serves for a recorded llm span: its response (or error) and stream events."""
     attributes = span.attributes
-    response_json = attributes.get(attr.RESPONSE)
-    events = json.loads(attributes[attr.STREAM_EVENTS]) if attr.STREAM_EVENTS in attributes else None
+    response_json = whole(span, attr.RESPONSE) if attr.RESPONSE in attributes else None
+    events = events_of(span) if attr.STREAM_EVENTS in attributes else None
     return Served(
         response=json.loads(response_json) if response_json is not None else None,
         response_json=response_json,
