@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from tailcut import attributes as attr
-from tailcut.analysis._source import is_remote
 
 if TYPE_CHECKING:
     import duckdb
@@ -34,20 +33,14 @@ class Requests:
     def refresh(self) -> None:
         from tailcut.exporters._pieces import PieceReader
 
-        self.reader = None if is_remote(self.location) else PieceReader(self.location)
+        self.reader = PieceReader(self.location)
 
     def __call__(
         self, trace_id: str, boundary: str | None, field: str, text: str | None, sha256: str | None
     ) -> str | None:
-        from tailcut.exporters._pieces import PieceError
-
         if text is None:
             return None
-        if self.reader is None:
-            raise PieceError(
-                f"trace {trace_id}, boundary {boundary or '?'}, {field}: stored as pieces, which are "
-                f"read from a local data dir only (not {self.location})"
-            )
+        assert self.reader is not None  # install() refreshes before the view can call
         return self.reader.payload(text, trace_id=trace_id, boundary=boundary, sha256=sha256, field=field)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final
 
 import numpy as np
@@ -27,6 +27,7 @@ import pyarrow.dataset as ds
 
 from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECES_SUFFIX, TOKEN_START, expand
 from tailcut.errors import TailcutError
+from tailcut.exporters._location import Location, location
 from tailcut.exporters.schema import PIECES
 from tailcut.payloads import PayloadStore, PayloadStoreError
 
@@ -102,14 +103,18 @@ class PieceReader:
     Parameters
     ----------
     data_dir
-        The local data dir (``DATA/pieces`` and ``DATA/payloads`` are read).
+        The data dir, local or on object storage (``DATA/pieces`` is read, and a local one's
+        ``DATA/payloads`` for pieces recorded before they were cut into chunks).
     stores
-        Further payload stores for pieces over the inline limit (after ``DATA/payloads``).
+        Further payload stores (after ``DATA/payloads``).
     """
 
-    def __init__(self, data_dir: str | Path, stores: Sequence[PayloadStore] = ()) -> None:
-        self.root = Path(data_dir)
-        self.stores = [PayloadStore(self.root / "payloads"), *stores]
+    def __init__(
+        self, data_dir: str | os.PathLike[str] | Location, stores: Sequence[PayloadStore] = ()
+    ) -> None:
+        self.location = data_dir if isinstance(data_dir, Location) else location(data_dir)
+        own = [] if self.location.remote else [PayloadStore(self.location.local_path() / "payloads")]
+        self.stores = [*own, *stores]
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[str, dict[str, str]] = collections.OrderedDict()
         self._dataset: ds.Dataset | None = None
@@ -152,7 +157,7 @@ class PieceReader:
                 raise PieceError(
                     f"{where}: piece sha256:{sha} is damaged (does not match its hash)"
                 ) from None
-        raise PieceError(f"{where}: piece sha256:{sha} is missing from {self.root}")
+        raise PieceError(f"{where}: piece sha256:{sha} is missing from {self.location}")
 
     def _pieces(self, trace_id: str) -> dict[str, str]:
         with self._lock:
@@ -160,10 +165,12 @@ class PieceReader:
             if cached is not None:
                 self._cache.move_to_end(trace_id)
                 return cached
-            if self._dataset is None and (self.root / PIECES_DIR).is_dir():
-                self._dataset = ds.dataset(
-                    self.root / PIECES_DIR, format="parquet", partitioning="hive", schema=PIECES
-                )
+            if self._dataset is None:
+                files = self.location.files(PIECES_DIR)
+                if files:
+                    self._dataset = ds.dataset(
+                        files, filesystem=self.location.filesystem, format="parquet", schema=PIECES
+                    )
             pieces: dict[str, str] = {}
             if self._dataset is not None:
                 table = self._dataset.to_table(
