@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
-from tailcut.analysis import _findings, _source
+from tailcut.analysis import _findings, _pieces, _source
 from tailcut.analysis._errors import QueryError, UnknownTraceError, query_error
 from tailcut.errors import MissingDependencyError
 from tailcut.exporters._location import location
@@ -112,6 +112,7 @@ class Dataset:
         #: source key of the registered findings; None when none are, or they came from custom thresholds
         self._findings_key: str | None = None
         self._custom_findings = False
+        self._requests: _pieces.Requests | None = None
         self.refresh()
 
     # --- setup ---------------------------------------------------------------------------------------------
@@ -120,6 +121,7 @@ class Dataset:
         self._present = _source.present_tables(self._connection, self.location)
         for table in _source.TABLES:
             _source.create_table_view(self._connection, self.location, table, self._present[table])
+        self._requests = _pieces.install(self._connection, self.location, self._requests)
         for name, query in DERIVED_VIEWS.items():
             self._connection.execute(f"CREATE OR REPLACE VIEW {name} AS {query}")
         script = resources.files("tailcut.analysis").joinpath("tree.sql").read_text(encoding="utf-8")

@@ -43,6 +43,7 @@ from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._otlp import SpanFacts
 from tailcut.collector._rows import TraceRow, traces_table
 from tailcut.collector._wal import WriteAheadLog
+from tailcut.collector._whole import self_contained
 from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
 from tailcut.exporters._location import is_remote
@@ -453,7 +454,8 @@ class Sink:
 
     def _write_spans(self, group: list[KeptSpans]) -> None:
         request = assemble_request(group)
-        self.forwarding.put(request, sum(len(item.spans) for item in group))
+        if self.config.forwarders:  # other backends get whole payloads, not skeletons and pieces
+            self.forwarding.put(self_contained(request), sum(len(item.spans) for item in group))
         if self._writer is None:
             return
         started = time.perf_counter()

@@ -45,6 +45,7 @@ from tailcut.exporters._atomic import part_names, publish, stale_temporaries
 from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._json_columns import readable_json
 from tailcut.exporters._location import Location, location
+from tailcut.exporters._pieces import piece_days, take_pieces
 from tailcut.exporters._row_order import sort_rows
 
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
@@ -54,6 +55,7 @@ _DAY_US: Final = 86_400 * 10**6  # schema.TIMESTAMP is in microseconds
 _SORT_KEYS: Final = {
     "spans": [("trace_id", "ascending"), ("span_index", "ascending")],
     "traces": [("trace_id", "ascending")],
+    "pieces": [("trace_id", "ascending")],
 }
 
 
@@ -197,9 +199,15 @@ class DataDirWriter:
 
     # --- public ------------------------------------------------------------------------------------------
     def write_spans(self, table: pa.Table) -> None:
-        """Add ``spans`` rows (a table with the :data:`~tailcut.exporters.schema.SPANS` schema)."""
-        table = _conform("spans", table)
-        self._write("spans", table, _trace_days(table))
+        """Add ``spans`` rows (a table with the :data:`~tailcut.exporters.schema.SPANS` schema).
+
+        The request pieces the spans carry become ``pieces`` rows in the same day partitions.
+        """
+        table, pieces = take_pieces(_conform("spans", table))
+        days = _trace_days(table)
+        self._write("spans", table, days)
+        if pieces.num_rows:
+            self._write("pieces", pieces, piece_days(pieces, table, days))
 
     def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
         """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers,

@@ -36,12 +36,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from tailcut import attributes as attr
+from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECED_SUFFIX
 from tailcut.canonical import sha256_hex
 from tailcut.errors import TailcutError
 from tailcut.exporters import _corpus_conventions as conventions
 from tailcut.exporters import corpus_format, schema
 from tailcut.exporters._location import Location, location, upload_directory
 from tailcut.exporters._payloads import data_dir_store, resolve_payload
+from tailcut.exporters._pieces import PieceError, PieceReader
 from tailcut.payloads import PayloadStore, PayloadStoreError
 
 
@@ -158,6 +160,27 @@ def _resolve(
     return text, None
 
 
+def _whole(
+    span: Mapping[str, Any],
+    field: str,
+    span_attrs: Mapping[str, str],
+    pieces: PieceReader,
+    stores: Sequence[PayloadStore],
+) -> tuple[str | None, str | None]:
+    """One payload of a span, whole: put back from its pieces, or resolved from its stub."""
+    name = PAYLOAD_ATTRIBUTES[field]
+    text = span_attrs.get(name) if field == "events" else span[field]
+    expected = None if field == "events" else span[f"{field}_sha256"]
+    if text is not None and span_attrs.get(name + PIECED_SUFFIX) == "true":
+        try:
+            text = pieces.payload(
+                text, trace_id=span["trace_id"], boundary=span["boundary"], sha256=None, field=field
+            )
+        except PieceError as exc:
+            return None, str(exc)
+    return _resolve(text, expected, stores)
+
+
 def _attributes(row: Mapping[str, Any]) -> dict[str, str]:
     value = row.get("attributes")
     return dict(value) if value else {}
@@ -186,14 +209,15 @@ def _envelope(
     parents: Mapping[str, str | None],
     crossings: Mapping[str, Mapping[str, Any]],
     stores: Sequence[PayloadStore],
+    pieces: PieceReader,
     problems: list[str],
 ) -> dict[str, Any]:
     """The envelope row of one boundary crossing; what keeps it from being replayed goes to ``problems``."""
     span_attrs = _attributes(span)
     key = f"{span['boundary']}#{span['occurrence']}"
-    request, why_request = _resolve(span["request"], span["request_sha256"], stores)
-    response, why_response = _resolve(span["response"], span["response_sha256"], stores)
-    events, why_events = _resolve(span_attrs.get(attr.STREAM_EVENTS), None, stores)
+    request, why_request = _whole(span, "request", span_attrs, pieces, stores)
+    response, why_response = _whole(span, "response", span_attrs, pieces, stores)
+    events, why_events = _whole(span, "events", span_attrs, pieces, stores)
     for why in (why_request, why_response, why_events):
         if why:
             problems.append(f"{key}: {why}")
@@ -253,7 +277,11 @@ def _envelope(
 
 
 def _build(
-    trace_id: str, spans: list[dict[str, Any]], selection: Selection, stores: Sequence[PayloadStore]
+    trace_id: str,
+    spans: list[dict[str, Any]],
+    selection: Selection,
+    stores: Sequence[PayloadStore],
+    pieces: PieceReader,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The runs row and envelope rows of one trace."""
     problems: list[str] = []
@@ -278,7 +306,7 @@ def _build(
     }
     parents = {s["span_id"]: s["parent_span_id"] for s in spans}
     envelopes = [
-        _envelope(trace_id, span, parents, crossings, stores, problems)
+        _envelope(trace_id, span, parents, crossings, stores, pieces, problems)
         for span in spans
         if span["span_id"] in crossings
     ]
@@ -380,12 +408,15 @@ def write_corpus(
         raise CorpusWriteError("a trace is selected twice")
     stores = list(stores) if stores is not None else payload_stores(data.url)
     table = _read_spans(data, ids)
+    pieces = PieceReader(data, stores)
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for row in table.to_pylist():
         by_trace.setdefault(row["trace_id"], []).append(row)
     runs, envelopes = [], []
     for selection in selections:
-        run, crossings = _build(selection.trace_id, by_trace.get(selection.trace_id, []), selection, stores)
+        run, crossings = _build(
+            selection.trace_id, by_trace.get(selection.trace_id, []), selection, stores, pieces
+        )
         runs.append(run)
         envelopes.extend(crossings)
 

@@ -258,9 +258,20 @@ REPLAY_RESULTS: Final = pa.schema(
     metadata={TABLE_KEY: b"replay_results", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
+#: ``DATA/pieces``: the LLM request pieces of each trace, one row per distinct piece (``tailcut._pieces``).
+PIECES: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("sha256", pa.string(), False),  # of the text's UTF-8 bytes
+        _f("text", pa.large_string(), False),
+    ],
+    metadata={TABLE_KEY: b"pieces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
 TABLES: Final = {
     "spans": SPANS,
     "traces": TRACES,
+    "pieces": PIECES,
     "corpus_runs": CORPUS_RUNS,
     "corpus_envelopes": CORPUS_ENVELOPES,
     "replay_results": REPLAY_RESULTS,

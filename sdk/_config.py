@@ -33,6 +33,8 @@ class Config:
     capture_content: Mapping[str, bool] = field(default_factory=dict)
     inline_limit: int = DEFAULT_INLINE_LIMIT
     payload_store: PayloadStore | None = None
+    #: Record LLM requests whole instead of as a skeleton plus pieces (for a backend that is not tailcut).
+    self_contained: bool = False
     harness_revision: str | None = None
     env_revision: str | None = None
 

@@ -29,6 +29,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from tailcut import _config
 from tailcut import attributes as attr
 from tailcut._guard import hook_error, internal_error, never_raises
+from tailcut._pieces import PieceLedger, recorded_pieces
 from tailcut._run_state import _ATTEMPT, _DEPTH, _TOOL_CALL_ID, RunState, current_run_state
 from tailcut.canonical import canonical_bytes, canonical_json, loads, sha256_hex
 from tailcut.errors import CanonicalEncodingError, Divergence, RedactHookError
@@ -63,11 +64,20 @@ class EncodedPayload:
 
 
 def encode_payload(
-    config: _config.Config, kind: str, field: str, value: Any, *, canonical: str | None = None
+    config: _config.Config,
+    kind: str,
+    field: str,
+    value: Any,
+    *,
+    canonical: str | None = None,
+    ledger: PieceLedger | None = None,
 ) -> EncodedPayload:
     """Canonicalise, redact, hash and (when over the inline limit) offload one payload.
 
-    ``canonical`` skips encoding when the caller already holds the canonical text.
+    ``canonical`` skips encoding when the caller already holds the canonical text. With ``ledger`` (the
+    run's), an LLM request, and any payload over the inline limit, is recorded as a skeleton plus the
+    pieces its trace has not carried yet (:mod:`tailcut._pieces`); without it (or with
+    ``self_contained``) a payload over the limit goes to the payload store.
 
     Raises
     ------
@@ -114,6 +124,15 @@ def encode_payload(
         attributes[attr.CONTENT_CAPTURED] = False
         if size_key is not None:  # the size is otherwise the inline text's length
             attributes[size_key] = size
+    elif (
+        ledger is not None
+        and not config.self_contained
+        and (pieced := recorded_pieces(config, ledger, kind, field, text)) is not None
+    ):
+        inline = pieced[0]
+        if size_key is not None:
+            attributes[size_key] = size
+        attributes.update(pieced[1])
     elif size > config.inline_limit:
         if size_key is not None:
             attributes[size_key] = size
@@ -341,7 +360,9 @@ class BoundarySpan(RecordedSpan):
         """
         encoded: EncodedPayload | None = None
         try:
-            encoded = encode_payload(self.config, self.kind, field, response, canonical=canonical)
+            encoded = encode_payload(
+                self.config, self.kind, field, response, canonical=canonical, ledger=self.run.pieces
+            )
         except CanonicalEncodingError as exc:
             self._encoding_failed(field, exc)
         else:
@@ -451,7 +472,9 @@ def start_boundary(
     encode_error: CanonicalEncodingError | None = None
     try:
         request = None if canonical_request is not None else make_request()
-        encoded = encode_payload(config, kind, "request", request, canonical=canonical_request)
+        encoded = encode_payload(
+            config, kind, "request", request, canonical=canonical_request, ledger=run.pieces
+        )
         span_attributes.update(encoded.attributes)
     except CanonicalEncodingError as exc:
         encode_error = exc

@@ -14,13 +14,14 @@ import threading
 
 from opentelemetry import trace
 
+from tailcut._pieces import PieceLedger
 from tailcut.signals import SignalCounter
 
 
 class RunState:
     """Counters shared by every crossing of one run; safe to use from several threads."""
 
-    __slots__ = ("_lock", "_occurrences", "_seq", "prompt_version", "signals")
+    __slots__ = ("_lock", "_occurrences", "_seq", "pieces", "prompt_version", "signals")
 
     def __init__(self, prompt_version: str | None = None) -> None:
         #: The run's prompt version(s), copied onto every llm span (``tailcut.prompt.version``).
@@ -31,6 +32,8 @@ class RunState:
         #: The run's trace signals so far; the root span counts from the start.
         self.signals = SignalCounter()
         self.signals.add_span(0)
+        #: The request pieces this run already sent in its trace.
+        self.pieces = PieceLedger()
 
     def next_crossing(self, boundary: str, depth: int | None = None) -> tuple[int, int]:
         """Assign ``(occurrence, seq)`` to a crossing starting now; with ``depth``, count its span too.

@@ -56,6 +56,7 @@ def init(
     shutdown_timeout: float | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
     propagate_context_to_threads: bool = True,
+    self_contained: bool | None = None,
 ) -> TracerProvider:
     """Start recording: every instrumented boundary becomes a span exported over OTLP.
 
@@ -119,6 +120,10 @@ def init(
         Extra resource attributes (``OTEL_RESOURCE_ATTRIBUTES`` is read as well).
     propagate_context_to_threads
         Make threads and thread pools inherit the caller's context, so their spans join the run.
+    self_contained
+        Record every LLM request whole on its span instead of as a skeleton plus the pieces (messages,
+        tools, instructions) its trace has not carried yet (``TAILCUT_SELF_CONTAINED``, default off).
+        Turn it on when the spans go straight to a backend that is not tailcut.
 
     Returns
     -------
@@ -178,6 +183,7 @@ def init(
                 payload_dir=payload_dir,
                 harness_revision=harness_revision,
                 env_revision=env_revision,
+                self_contained=self_contained,
             )
         )
         if propagate_context_to_threads:
@@ -235,6 +241,7 @@ def _recording_config(
     payload_dir: str | None = None,
     harness_revision: str | None = None,
     env_revision: str | None = None,
+    self_contained: bool | None = None,
 ) -> _config.Config:
     """The recording configuration: each option, else its environment variable, else its default."""
     capture_default = environment.get_bool(environment.TAILCUT_CAPTURE_CONTENT, True)
@@ -261,6 +268,11 @@ def _recording_config(
         ),
         harness_revision=harness_revision,
         env_revision=env_revision,
+        self_contained=(
+            self_contained
+            if self_contained is not None
+            else environment.get_bool(environment.TAILCUT_SELF_CONTAINED, False)
+        ),
     )
 
 

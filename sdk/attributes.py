@@ -58,6 +58,11 @@ RETRIES: Final = "tailcut.retries"
 PAYLOAD_TRUNCATED: Final = "tailcut.payload.truncated"
 #: The payload-store references (``sha256:<hex>``) of every offloaded payload of the span.
 PAYLOAD_REF: Final = "tailcut.payload.ref"
+#: True when ``tailcut.request`` / ``tailcut.response`` is a skeleton whose placeholders name pieces of
+#: the trace; ``<payload attribute>.pieces`` carries the pieces no earlier span of the trace carried
+#: (see ``tailcut._pieces``).
+REQUEST_PIECED: Final = "tailcut.request.pieced"
+RESPONSE_PIECED: Final = "tailcut.response.pieced"
 #: Set when an offloaded payload could not be stored (store full, unwritable): the span says so.
 PAYLOAD_ERROR: Final = "tailcut.payload.error"
 #: False when content capture was switched off for this kind: request/response hold only hashes and sizes.

@@ -24,6 +24,8 @@ TAILCUT_ENV_REVISION: Final = "TAILCUT_ENV_REVISION"
 TAILCUT_PAYLOAD_DIR: Final = "TAILCUT_PAYLOAD_DIR"
 #: Inline limit per payload attribute, in bytes (default: 65536).
 TAILCUT_INLINE_LIMIT: Final = "TAILCUT_INLINE_LIMIT"
+#: Send every span self-contained (whole requests, no pieces), for a backend that is not tailcut.
+TAILCUT_SELF_CONTAINED: Final = "TAILCUT_SELF_CONTAINED"
 #: ``false`` switches content capture off for every kind (default: ``true``).
 TAILCUT_CAPTURE_CONTENT: Final = "TAILCUT_CAPTURE_CONTENT"
 #: Span queue capacity of tailcut's batch processor (default: ``OTEL_BSP_MAX_QUEUE_SIZE``, else 65536).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +226,12 @@ def split_in_two(fleet: FleetData, target: Path, column: str, names: tuple[str, 
     return target
 
 
+def copy_pieces(source: Path, target: Path) -> None:
+    """Copy the request pieces of ``source`` into ``target`` (the spans' skeletons need them)."""
+    if (source / "pieces").is_dir():
+        shutil.copytree(source / "pieces", target / "pieces", dirs_exist_ok=True)
+
+
 def rewrite(
     source: Path,
     target: Path,
@@ -246,6 +253,7 @@ def rewrite(
     with DataDirWriter(target) as writer:
         writer.write_spans(spans)
         writer.write_traces(pa.Table.from_pylist(rows, schema=schema.TRACES))
+    copy_pieces(source, target)
 
 
 def tail_sample(

@@ -12,26 +12,34 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tailcut import attributes as attr
+from tailcut._pieces import expand
+from tailcut.canonical import sha256_hex
 from tailcut.interceptor import Crossing, Served
 
 
+def whole(span: ReadableSpan, name: str) -> str:
+    """A payload attribute's canonical text, its placeholders filled from the pieces the span carries."""
+    pieces = {sha256_hex(text): text for text in span.attributes.get(name + ".pieces", ())}
+    return expand(span.attributes[name], pieces.__getitem__)
+
+
 def request_of(span: ReadableSpan) -> Any:
-    return json.loads(span.attributes[attr.REQUEST])
+    return json.loads(whole(span, attr.REQUEST))
 
 
 def response_of(span: ReadableSpan) -> Any:
-    return json.loads(span.attributes[attr.RESPONSE])
+    return json.loads(whole(span, attr.RESPONSE))
 
 
 def events_of(span: ReadableSpan) -> list[Any]:
-    return json.loads(span.attributes[attr.STREAM_EVENTS])
+    return json.loads(whole(span, attr.STREAM_EVENTS))
 
 
 def served_from(span: ReadableSpan) -> Served:
     """What a replay session serves for a recorded llm span: its response (or error) and stream events."""
     attributes = span.attributes
-    response_json = attributes.get(attr.RESPONSE)
-    events = json.loads(attributes[attr.STREAM_EVENTS]) if attr.STREAM_EVENTS in attributes else None
+    response_json = whole(span, attr.RESPONSE) if attr.RESPONSE in attributes else None
+    events = events_of(span) if attr.STREAM_EVENTS in attributes else None
     return Served(
         response=json.loads(response_json) if response_json is not None else None,
         response_json=response_json,

@@ -20,7 +20,7 @@ from tailcut.analysis import Dataset, Thresholds
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.exporters import DataDirWriter
 from tailcut.exporters._signals import trace_rows
-from tests.analysis_support import read_table, record, rewrite, scripted_clock, spans_table
+from tests.analysis_support import copy_pieces, read_table, record, rewrite, scripted_clock, spans_table
 from tests.test_analysis_classify import LOOKUP_SCHEMA, chat_response, chat_tools, llm, lookup, normal_run
 
 NORMAL_RUNS = 24
@@ -162,6 +162,7 @@ def test_repeated_calls_are_counted_when_a_trace_has_no_traces_row(recorded, tmp
     with DataDirWriter(tmp_path / "data") as writer:
         writer.write_spans(read_table(data, "spans"))
         writer.write_traces(rows.filter(pc.invert(pc.equal(rows["trace_id"], loop))))
+    copy_pieces(data, tmp_path / "data")
     findings = Dataset(tmp_path / "data").classify()
     assert "3 times" in finding(findings, loop, "tool_loop")["evidence"]
 

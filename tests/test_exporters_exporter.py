@@ -37,7 +37,11 @@ def recording(tmp_path: Path) -> Iterator[tuple[ParquetSpanExporter, TracerProvi
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     previous = _config.install(
         _config.Config(
-            enabled=True, tracer=provider.get_tracer("tailcut"), payload_store=store, inline_limit=200
+            enabled=True,
+            tracer=provider.get_tracer("tailcut"),
+            payload_store=store,
+            inline_limit=200,
+            self_contained=True,  # over the limit: the payload store (whose copying this file tests)
         )
     )
     try:

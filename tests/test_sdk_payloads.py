@@ -94,7 +94,10 @@ def test_capture_content_off_keeps_hashes_and_sizes():
 def test_large_payload_goes_to_the_store_and_inline_stays_valid_json(tmp_path):
     store = PayloadStore(tmp_path / "payloads")
     big = {"doc": "x" * 5000}
-    with capture_spans(inline_limit=1024, payload_store=store) as spans, tailcut.run("r"):
+    with (
+        capture_spans(inline_limit=1024, payload_store=store, self_contained=True) as spans,
+        tailcut.run("r"),
+    ):
         call_api("u", {}, big)
     span = spans.by_kind("tool")[0]
     full_request = canonical_json({"body": big, "headers": {}, "url": "u"})
@@ -120,7 +123,7 @@ def test_store_verifies_hashes_on_read(tmp_path):
 
 def test_full_store_is_reported_on_the_span_not_raised(tmp_path):
     store = PayloadStore(tmp_path, max_bytes=100)
-    with capture_spans(inline_limit=64, payload_store=store) as spans, tailcut.run("r"):
+    with capture_spans(inline_limit=64, payload_store=store, self_contained=True) as spans, tailcut.run("r"):
         result = call_api("u", {}, {"doc": "y" * 500})
     assert result["echo"] == {"doc": "y" * 500}
     span = spans.by_kind("tool")[0]
