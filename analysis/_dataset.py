@@ -309,6 +309,12 @@ class Dataset:
             )
         else:
             frame = empty.lazy()
+        if (
+            table == "spans"
+            and self._present[table]
+            and (columns is None or {"request", "response"} & set(columns))
+        ):
+            frame = _pieces.put_back(frame, self.location)
         if columns is not None:
             unknown = [c for c in columns if c not in empty.schema]
             if unknown:

@@ -6,6 +6,7 @@ and ``response`` replaced, for the rows marked ``tailcut.request.pieced`` / ``ta
 by the scalar function ``tailcut_request``, which expands the skeleton from the trace's pieces and
 verifies every piece and the result's sha256. Queries that read neither column never call it; a
 missing or damaged piece fails the query with an error naming the trace, the boundary and the hash.
+:func:`put_back` does the same for the polars frames of ``Dataset.spans_lazy()``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tailcut import attributes as attr
 
 if TYPE_CHECKING:
     import duckdb
+    import polars as pl
 
     from tailcut.exporters._pieces import PieceReader
 
@@ -66,3 +68,38 @@ def install(connection: duckdb.DuckDBPyConnection, location: str, state: Request
     )
     connection.execute(f"CREATE VIEW spans AS SELECT * REPLACE ({columns}) FROM {STORED_VIEW}")
     return state
+
+
+def put_back(frame: pl.LazyFrame, location: str) -> pl.LazyFrame:
+    """``frame`` (``spans`` rows) with ``request`` and ``response`` put back from their pieces.
+
+    Only values holding a placeholder are expanded (a Python call each); the others pass as they are.
+    """
+    import polars as pl
+
+    from tailcut.exporters._pieces import PieceReader
+
+    reader = PieceReader(location)
+    schema = frame.collect_schema()
+    expanded = []
+    for column in ("request", "response"):
+        needed = [column, "trace_id", "boundary", f"{column}_sha256"]
+
+        def expand(row: dict[str, str | None], column: str = column) -> str | None:
+            text = row[column]
+            if text is None:
+                return None
+            return reader.payload(
+                text,
+                trace_id=str(row["trace_id"]),
+                boundary=row["boundary"],
+                sha256=row[f"{column}_sha256"],
+                field=column,
+            )
+
+        json_type = schema[column]  # the JSON extension type: its text is the storage
+        texts = [pl.col(column).ext.storage(), *(pl.col(name).cast(pl.String) for name in needed[1:])]
+        expanded.append(
+            pl.struct(texts).map_elements(expand, return_dtype=pl.String).ext.to(json_type).alias(column)
+        )
+    return frame.with_columns(expanded)

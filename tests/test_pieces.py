@@ -174,6 +174,9 @@ def test_embedded_mode_stores_pieces_in_the_data_dir_and_reads_them_back(tmp_pat
     assert all(sha256_hex(text) == sha for text, sha in rows)
     unique = len(SYSTEM) + len(big) + 4 * len(canonical_json({"role": "user", "content": "more " * 200}))
     assert stored < 1.2 * unique < sum(len(text) for text, _ in rows) / 2
+    with Dataset(data) as dataset:  # the polars frames put the pieces back as the view does
+        frame = dataset.spans(columns=["kind", "seq", "request"]).filter(kind="llm").sort("seq")
+    assert frame["request"].to_list() == [text for text, _ in rows]
 
     for path in (data / "pieces").rglob("*.parquet"):
         path.unlink()
