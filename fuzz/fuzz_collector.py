@@ -37,47 +37,26 @@ from pathlib import Path
 import atheris
 import h11
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tailcut.collector._config import HttpReceiverConfig
 from tailcut.collector._http import _Connection
 from tailcut.collector._metrics import CollectorMetrics
-from tailcut.collector._otlp import OtlpError, SpanFacts, decompress, json_to_protobuf, parse_framed
+from tailcut.collector._otlp import OtlpError, decompress, json_to_protobuf
 from tailcut.collector._receivers import IngestResult, OtlpHttpReceiver
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for the shared oracle
+from tests.otlp_oracle import oracle_facts, span_facts
 
 LIMIT = 1 << 20
 
 
-def facts(body: bytes) -> list[tuple]:
-    framed = parse_framed(body)
-    return [
-        (item.trace_id, item.span_id, item.name, item.start_time_unix_nano, item.status.code)
-        for resource_spans in framed.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for item in map(SpanFacts.FromString, scope_spans.spans)
-    ]
-
-
-def oracle(body: bytes) -> list[tuple] | None:
-    try:
-        request = ExportTraceServiceRequest.FromString(body)
-    except DecodeError:
-        return None
-    return [
-        (s.trace_id, s.span_id, s.name.encode(), s.start_time_unix_nano, s.status.code)
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for s in scope_spans.spans
-    ]
-
-
 def check_decoding(body: bytes) -> list[tuple] | None:
     """The collector's verdict on a protobuf body, asserted against the oracle."""
-    expected = oracle(body)
+    expected = oracle_facts(body)
     try:
-        got = facts(body)
+        got = span_facts(body)
     except OtlpError as error:
         if error.http_status != 400 or expected is not None:
             raise AssertionError(f"refused a body the runtime accepts: {error.message}") from None

@@ -12,7 +12,6 @@ import json
 import zlib
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -20,12 +19,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from tailcut.collector._otlp import (
     JSON,
     OtlpError,
-    SpanFacts,
     content_kind,
     decompress,
     json_to_protobuf,
-    parse_framed,
 )
+from tests.otlp_oracle import oracle_facts, span_facts
 from tests.test_collector_helpers import attribute, export_request, span
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,33 +82,6 @@ def outcome(function, *args):
         return None, function(*args)
     except OtlpError as error:
         return error.http_status, None
-
-
-def span_facts(body: bytes) -> list[tuple]:
-    """What the collector reads of each span, through its lazy decoder (raises OtlpError to refuse)."""
-    framed = parse_framed(body)
-    facts = []
-    for resource_spans in framed.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            for data in scope_spans.spans:
-                item = SpanFacts.FromString(data)
-                facts.append(
-                    (item.trace_id, item.span_id, item.name, item.start_time_unix_nano, item.status.code)
-                )
-    return facts
-
-
-def oracle_facts(body: bytes) -> list[tuple] | None:
-    try:
-        request = ExportTraceServiceRequest.FromString(body)
-    except DecodeError:
-        return None
-    return [
-        (s.trace_id, s.span_id, s.name.encode(), s.start_time_unix_nano, s.status.code)
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for s in scope_spans.spans
-    ]
 
 
 @FAST
