@@ -17,10 +17,20 @@ Pieces are texts, addressed by the sha256 of their UTF-8 bytes. The run remember
 sent in its trace (:class:`PieceLedger`): a span carries only the pieces no earlier span of the trace
 carried, in ``tailcut.pieces``; ones over the inline limit go to the payload store and are referenced in
 ``tailcut.payload.ref`` like any offloaded payload. Readers put requests back with :func:`expand`.
+
+Recording costs the new content, not the transcript: the ledger also remembers the chains its trace
+recorded (:class:`Chain`: a list's canonical text up to its closing ``]``, its length and last link). A
+link depends only on the texts of the elements before it, so when a request's list is a recorded chain's
+text followed by ``,`` (more elements) or ``]``, the chain's first elements are exactly those texts: their
+pieces were sent, the link is taken as it is, and only the new elements are hashed. The test is one
+comparison of texts, so a message changed in place since (any element's text differs) just starts a new
+chain; the result is byte for byte what splitting from scratch gives.
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import re
 import threading
 from collections.abc import Callable
@@ -55,12 +65,33 @@ PIECED_SUFFIX: Final = ".pieced"
 
 _TOKEN: Final = re.compile(r'\{"\$tailcut\.piece":"([0-9a-f]{64})"\}')
 
+#: Chains remembered per ledger, list field and limit (interleaved transcripts of one run).
+CHAINS_PER_FIELD: Final = 4
+#: Characters of chain text remembered in the whole process (oldest ledger's chains out first), so
+#: the per-trace states kept for crossings outside any run cannot pile up transcripts.
+CHAIN_BUDGET: Final = 64 * 1024 * 1024
+
+
+class Chain(NamedTuple):
+    """A list field as recorded (its pieces at most ``limit`` bytes): its canonical text without the
+    closing ``]``, its length and its last link."""
+
+    field: str
+    limit: int
+    opening: str
+    length: int
+    link: str
+
 
 class Split(NamedTuple):
-    """A payload as recorded: its skeleton and its pieces (sha256 -> text, in first-use order)."""
+    """A payload as recorded: its skeleton, its pieces (sha256 -> text, in first-use order), its chains.
+
+    Split with a ledger, ``pieces`` leaves out those of the chain prefixes the ledger's trace carries.
+    """
 
     skeleton: str
     pieces: dict[str, str]
+    chains: tuple[Chain, ...] = ()
 
 
 def placeholder(sha256: str) -> str:
@@ -112,7 +143,12 @@ class _Pieces:
 
 
 def split_payload(
-    text: str, *, limit: int, structured: bool, known: dict[str, str] | None = None
+    text: str,
+    *,
+    limit: int,
+    structured: bool,
+    known: dict[str, str] | None = None,
+    ledger: PieceLedger | None = None,
 ) -> Split | None:
     """The skeleton and pieces of a payload's canonical JSON, or None to record it as it is.
 
@@ -122,23 +158,27 @@ def split_payload(
     or over ``limit`` bytes, becomes one piece; any piece over ``limit`` bytes is cut into chunks. A
     payload that already contains a placeholder token is left as it is (its text could not be told
     from a skeleton).
-    ``known`` (text -> sha256) memoises the hashes of pieces seen before.
+    ``known`` (text -> sha256) memoises the hashes of pieces seen before. With ``ledger`` a list that
+    extends one of the ledger's chains is split from where that chain ends (see the module docstring).
     """
     if TOKEN_START in text:
         return None
     if structured:
         pieces = _Pieces(limit, known)
-        skeleton = _split_fields(text, pieces)
-        if skeleton is not None and len(skeleton) <= limit:
-            return Split(skeleton, pieces.pieces)
+        fields = _split_fields(text, pieces, ledger)
+        if fields is not None and len(fields[0]) <= limit:
+            return Split(fields[0], pieces.pieces, fields[1])
     if len(text) < MIN_PIECE and len(text.encode("utf-8")) <= limit:
         return None
     pieces = _Pieces(limit, known)
     return Split(placeholder(pieces.add(text)), pieces.pieces)
 
 
-def _split_fields(text: str, pieces: _Pieces) -> str | None:
-    """The skeleton of a request object, or None when it has no field to split or is not canonical.
+def _split_fields(
+    text: str, pieces: _Pieces, ledger: PieceLedger | None
+) -> tuple[str, tuple[Chain, ...]] | None:
+    """The skeleton of a request object and its chains, or None when it has no field to split or is not
+    canonical.
 
     Canonical JSON is compositional (a nested value's text is its own canonical JSON), so when the
     parsed value encodes back to exactly ``text``, each piece's text is the substring it replaces and
@@ -151,23 +191,44 @@ def _split_fields(text: str, pieces: _Pieces) -> str | None:
     if not isinstance(value, dict) or canonical_json(value) != text:
         return None
     found = False
+    chains: list[Chain] = []
     for key in SPLIT_FIELDS:
         item = value.get(key)
         if item is None or item == [] or item == "":
             continue
         found = True
         if isinstance(item, list):
-            link = ""
-            for element in item:
-                content = element.get("content") if isinstance(element, dict) else None
-                if isinstance(content, str) and len(content) >= MIN_PIECE:  # shared with a tool's result
-                    element = {**element, "content": {PIECE_KEY: pieces.add(canonical_json(content))}}
-                sha = pieces.add(canonical_json(element))
-                link = sha if not link else pieces.add(placeholder(link) + "," + placeholder(sha))
+            link, chain = _chain(key, item, pieces, ledger)
             value[key] = [{PIECE_KEY: link}]
+            if chain is not None:
+                chains.append(chain)
         else:
             value[key] = {PIECE_KEY: pieces.add(canonical_json(item))}
-    return canonical_json(value) if found else None
+    return (canonical_json(value), tuple(chains)) if found else None
+
+
+def _chain(
+    key: str, items: list[Any], pieces: _Pieces, ledger: PieceLedger | None
+) -> tuple[str, Chain | None]:
+    """The last link of the chain of ``items`` and, with ``ledger``, the chain to remember.
+
+    The elements a chain of the ledger already covers are skipped: their pieces were sent.
+    """
+    text = canonical_json(items) if ledger is not None else ""
+    known = ledger.chain(key, pieces.limit, text) if ledger is not None else None
+    start, link = (known.length, known.link) if known is not None else (0, "")
+    for element in items[start:]:
+        sha = _element_piece(element, pieces)
+        link = sha if not link else pieces.add(placeholder(link) + "," + placeholder(sha))
+    return link, Chain(key, pieces.limit, text[:-1], len(items), link) if ledger is not None else None
+
+
+def _element_piece(element: Any, pieces: _Pieces) -> str:
+    """The piece of one list element; a long ``content`` string is a piece of its own."""
+    content = element.get("content") if isinstance(element, dict) else None
+    if isinstance(content, str) and len(content) >= MIN_PIECE:  # shared with a tool's result
+        element = {**element, "content": {PIECE_KEY: pieces.add(canonical_json(content))}}
+    return pieces.add(canonical_json(element))
 
 
 def expand(text: str, lookup: Callable[[str], str]) -> str:
@@ -192,23 +253,79 @@ def expand(text: str, lookup: Callable[[str], str]) -> str:
     return "".join(parts)
 
 
-class PieceLedger:
-    """The pieces a run already sent in its trace (thread-safe), and their hashes by text."""
+class _Chains:
+    """The chains recorded lately, by (ledger serial, field, limit), within :data:`CHAIN_BUDGET`.
 
-    __slots__ = ("_lock", "_sent", "known")
+    Process-wide and thread-safe. A ledger's serial is never reused (an ``id()`` could be, by a ledger
+    that never sent those pieces), and chains of the same key are at most :data:`CHAINS_PER_FIELD`.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._lock = threading.Lock()
+        self._size = 0
+        self._chains: collections.OrderedDict[tuple[int, str, int], list[Chain]] = collections.OrderedDict()
+
+    def longest_prefix(self, key: tuple[int, str, int], text: str) -> Chain | None:
+        """The longest chain of ``key`` whose elements begin the list whose canonical text is ``text``."""
+        with self._lock:
+            candidates = list(self._chains.get(key, ()))
+        best: Chain | None = None
+        for chain in candidates:
+            end = len(chain.opening)
+            longer = best is None or chain.length > best.length
+            if longer and text[end : end + 1] in (",", "]") and text.startswith(chain.opening):
+                best = chain
+        return best
+
+    def remember(self, key: tuple[int, str, int], chain: Chain) -> None:
+        """Keep ``chain`` (in place of those it extends), dropping the oldest chains over budget."""
+        if len(chain.opening) > self._budget:
+            return
+        with self._lock:
+            kept = [chain]
+            for other in self._chains.pop(key, ()):
+                if len(kept) < CHAINS_PER_FIELD and not chain.opening.startswith(other.opening):
+                    kept.append(other)
+                else:
+                    self._size -= len(other.opening)
+            self._chains[key] = kept
+            self._size += len(chain.opening)
+            while self._size > self._budget:
+                _, dropped = self._chains.popitem(last=False)
+                self._size -= sum(len(other.opening) for other in dropped)
+
+
+_CHAINS = _Chains(CHAIN_BUDGET)
+_SERIALS = itertools.count()
+
+
+class PieceLedger:
+    """The pieces a run already sent in its trace (thread-safe), their hashes by text, and its chains."""
+
+    __slots__ = ("_lock", "_sent", "known", "serial")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sent: set[str] = set()
         #: text -> sha256 of every piece of the run so far
         self.known: dict[str, str] = {}
+        #: This ledger's number in the process (the key of its chains).
+        self.serial = next(_SERIALS)
 
-    def unsent(self, pieces: dict[str, str]) -> dict[str, str]:
-        """The pieces of ``pieces`` not sent before, now marked as sent."""
+    def unsent(self, pieces: dict[str, str], chains: tuple[Chain, ...] = ()) -> dict[str, str]:
+        """The pieces of ``pieces`` not sent before, now marked as sent; then ``chains`` are remembered
+        (whose pieces are now all sent)."""
         with self._lock:
             new = {sha: text for sha, text in pieces.items() if sha not in self._sent}
             self._sent.update(new)
+        for chain in chains:
+            _CHAINS.remember((self.serial, chain.field, chain.limit), chain)
         return new
+
+    def chain(self, field: str, limit: int, text: str) -> Chain | None:
+        """The longest chain this ledger remembers for ``field`` that begins the list ``text`` encodes."""
+        return _CHAINS.longest_prefix((self.serial, field, limit), text)
 
 
 def recorded_pieces(
@@ -220,12 +337,14 @@ def recorded_pieces(
     limit into chunks. None when the payload is recorded as it is. The pieces travel in
     ``<payload attribute>.pieces`` and the skeleton is marked by ``<payload attribute>.pieced``.
     """
-    split = split_payload(text, limit=config.inline_limit, structured=kind == "llm" and field == "request")
+    split = split_payload(
+        text, limit=config.inline_limit, structured=kind == "llm" and field == "request", ledger=ledger
+    )
     if split is None:
         return None
     name = PAYLOAD_ATTRIBUTES[field]
     attributes: dict[str, Any] = {name + PIECED_SUFFIX: True}
-    new = ledger.unsent(split.pieces)
+    new = ledger.unsent(split.pieces, split.chains)
     if new:
         attributes[name + PIECES_SUFFIX] = list(new.values())
     return split.skeleton, attributes

@@ -21,22 +21,32 @@ ERROR_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry", "x-request-i
 _SDK_HEADER_PREFIX = "x-stainless-"
 
 
+#: Types checked first, by identity: a transcript is mostly strings (``isinstance`` against the
+#: ``collections.abc`` classes costs far more than the rest of the walk).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze_iterators(value: Any) -> Any:
     """``value`` with every one-shot iterator (a generator of messages, say) replaced by a list.
 
     Recording reads the request before the SDK sends it, so an iterator must be read once and the list
     handed on. Containers are copied only where something inside them changed.
     """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
     if isinstance(value, dict):
         changed: dict[Any, Any] | None = None
         for key, item in value.items():
+            if type(item) in _SCALARS:
+                continue
             frozen = freeze_iterators(item)
             if frozen is not item:
                 changed = changed if changed is not None else dict(value)
                 changed[key] = frozen
         return value if changed is None else changed
     if isinstance(value, list | tuple):
-        items = [freeze_iterators(item) for item in value]
+        items = [item if type(item) in _SCALARS else freeze_iterators(item) for item in value]
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)
@@ -47,12 +57,17 @@ def freeze_iterators(value: Any) -> Any:
 
 def plain(value: Any, sentinels: tuple[type, ...]) -> Any:
     """``value`` as JSON-ready data, as the SDK would send it: sentinels dropped, models dumped."""
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
         return {
-            str(key): plain(item, sentinels) for key, item in value.items() if not isinstance(item, sentinels)
+            str(key): item if type(item) in _SCALARS else plain(item, sentinels)
+            for key, item in value.items()
+            if not isinstance(item, sentinels)
         }
     if isinstance(value, list | tuple | Set | MappingView):
-        return [plain(item, sentinels) for item in value]
+        return [item if type(item) in _SCALARS else plain(item, sentinels) for item in value]
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump):
         dumped = model_dump(

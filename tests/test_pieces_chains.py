@@ -1,0 +1,163 @@
+"""The ledger's chains: a growing transcript is split from where its last request ended, with results
+byte for byte those of splitting from scratch (in-place edits of earlier messages included)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import tailcut
+from tailcut import _config
+from tailcut import attributes as attr
+from tailcut._pieces import Chain, PieceLedger, _Chains, expand, recorded_pieces, split_payload
+from tailcut.canonical import canonical_json, sha256_hex
+from tailcut.testing import capture_spans
+from tests.loop_agent import SYSTEM
+
+LONG = st.builds(lambda char, n: char * n, st.characters(codec="utf-8"), st.integers(1000, 1400))
+contents = st.one_of(st.text(max_size=12), LONG, st.none(), st.integers(), st.lists(st.text(max_size=4)))
+messages = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": contents}),
+    st.text(max_size=8),
+    st.integers(0, 120),  # "[1" begins "[12]": an element must end where the chain did
+    st.lists(st.integers(), max_size=2),
+)
+steps = st.one_of(
+    st.tuples(st.just("append"), messages),
+    st.tuples(st.just("edit"), st.integers(0, 50), contents),  # an earlier message changed in place
+    st.tuples(st.just("replace"), st.integers(0, 50), messages),
+    st.tuples(st.just("pop"), st.none()),
+    st.tuples(st.just("tools"), st.lists(st.text(max_size=6), max_size=2)),
+    st.tuples(st.just("other"), st.lists(messages, max_size=3)),  # a second transcript in the run
+    st.tuples(st.just("limit"), st.sampled_from([340, 1000, 65536])),  # the config replaced mid-run
+)
+
+
+def _apply(step: tuple[Any, ...], transcript: list[Any], request: dict[str, Any]) -> None:
+    kind = step[0]
+    if kind == "append":
+        transcript.append(step[1])
+    elif kind == "edit" and transcript:
+        message = transcript[step[1] % len(transcript)]
+        if isinstance(message, dict):
+            message["content"] = step[2]
+    elif kind == "replace" and transcript:
+        transcript[step[1] % len(transcript)] = step[2]
+    elif kind == "pop" and transcript:
+        transcript.pop()
+    elif kind == "tools":
+        request["tools"] = step[1]
+
+
+def _uncached(text: str, limit: int, ledger: PieceLedger) -> tuple[str, list[str]] | None:
+    split = split_payload(text, limit=limit, structured=True)
+    if split is None:
+        return None
+    return split.skeleton, list(ledger.unsent(split.pieces).values())
+
+
+def _cached(text: str, config: _config.Config, ledger: PieceLedger) -> tuple[str, list[str]] | None:
+    recorded = recorded_pieces(config, ledger, "llm", "request", text)
+    if recorded is None:
+        return None
+    return recorded[0], list(recorded[1].get(attr.REQUEST + ".pieces", []))
+
+
+@settings(max_examples=200, deadline=None)
+@example([], [("append", 1), ("replace", 0, 12)], 65536)
+@example([], [("append", "x" * 400), ("limit", 1000)], 340)
+@given(
+    st.lists(messages, max_size=4),
+    st.lists(steps, min_size=1, max_size=12),
+    st.sampled_from([340, 1000, 65536]),
+)
+def test_the_cached_split_is_byte_identical_to_splitting_from_scratch(first, script, limit):
+    cached_ledger, reference_ledger = PieceLedger(), PieceLedger()
+    transcript: list[Any] = list(first)
+    request: dict[str, Any] = {"model": "m", "messages": transcript}
+    sent: dict[str, str] = {}
+    for step in script:
+        _apply(step, transcript, request)
+        if step[0] == "limit":
+            limit = step[1]
+        config = _config.Config(enabled=True, inline_limit=limit)
+        if step[0] == "other":
+            texts = [canonical_json({"model": "m", "messages": step[1]})]
+        else:
+            texts = [canonical_json(request)]
+        for text in texts:
+            cached = _cached(text, config, cached_ledger)
+            assert cached == _uncached(text, limit, reference_ledger)
+            if cached is not None:
+                sent.update((sha256_hex(piece), piece) for piece in cached[1])
+                whole = expand(cached[0], sent.__getitem__)
+                assert whole == text and sha256_hex(whole) == sha256_hex(text)
+
+
+def test_a_growing_transcript_hashes_only_its_new_messages():
+    ledger = PieceLedger()
+    transcript: list[dict[str, str]] = [{"role": "system", "content": SYSTEM}]
+    computed = []
+    for step in range(20):
+        transcript.append({"role": "user", "content": f"tool result {step} " * 100})
+        text = canonical_json({"model": "m", "messages": transcript})
+        split = split_payload(text, limit=65536, structured=True, ledger=ledger)
+        assert split is not None
+        ledger.unsent(split.pieces, split.chains)
+        computed.append(len(split.pieces))
+        assert split.chains[0].length == len(transcript)
+    # from the second step on: the new message, its content and one link; nothing of the earlier ones
+    assert computed[0] == 5 and set(computed[1:]) == {3}
+    transcript[1]["content"] = "edited in place"
+    text = canonical_json({"model": "m", "messages": transcript})
+    split = split_payload(text, limit=65536, structured=True, ledger=ledger)
+    assert split is not None and len(split.pieces) > 2 * len(transcript)  # a new chain from the start
+
+
+def test_a_chain_is_only_reused_by_the_ledger_that_sent_its_pieces():
+    text = canonical_json({"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]})
+    first, second = PieceLedger(), PieceLedger()
+    split = split_payload(text, limit=65536, structured=True, ledger=first)
+    assert split is not None
+    first.unsent(split.pieces, split.chains)
+    again = split_payload(text, limit=65536, structured=True, ledger=second)
+    assert again is not None and again.pieces == split.pieces and second.serial != first.serial
+    not_sent = split_payload(text, limit=65536, structured=True, ledger=PieceLedger())
+    assert not_sent is not None and not_sent.pieces == split.pieces
+
+
+def test_chains_are_dropped_oldest_first_over_the_budget():
+    chains = _Chains(budget=100)
+    for serial in range(3):
+        chains.remember((serial, "messages", 1000), Chain("messages", 1000, "[" + "1," * 20 + "1", 21, "l"))
+    assert chains.longest_prefix((0, "messages", 1000), "[" + "1," * 20 + "1]") is None
+    found = chains.longest_prefix((2, "messages", 1000), "[" + "1," * 21 + "1]")
+    assert found is not None and found.length == 21
+    assert chains.longest_prefix((2, "messages", 1000), "[" + "1," * 20 + "12]") is None  # not an element
+    chains.remember((3, "messages", 1000), Chain("messages", 1000, "[" + "1" * 200, 1, "l"))
+    assert chains.longest_prefix((3, "messages", 1000), "[" + "1" * 200 + "]") is None  # over the budget
+
+
+def test_an_sdk_loop_editing_earlier_messages_in_place_records_every_request_exactly(server, oai):
+    tailcut.instrument_openai()
+    transcript: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    try:
+        with capture_spans() as spans, tailcut.run("edits"):
+            for step in range(6):
+                transcript.append({"role": "user", "content": f"result {step} " * 150})
+                if step == 3:
+                    transcript[1]["content"] = "summarised"  # the agent compacts its history in place
+                oai.chat.completions.create(model="m", messages=transcript)
+                transcript.append({"role": "assistant", "content": f"ok {step}"})
+    finally:
+        tailcut.uninstrument_openai()
+    llm = spans.by_kind("llm")
+    pieces = {sha256_hex(t): t for s in llm for t in s.attributes.get(attr.REQUEST + ".pieces", ())}
+    for span, sent in zip(llm, server.requests, strict=True):
+        full = expand(span.attributes[attr.REQUEST], pieces.__getitem__)
+        assert full == canonical_json(sent.body)
+        assert span.attributes[attr.REQUEST_SHA256] == sha256_hex(full)
+    new = [len(s.attributes.get(attr.REQUEST + ".pieces", ())) for s in llm]
+    assert new[1:3] == [5, 5] and new[3] > new[4] == 5  # assistant, user (message, content), 2 links
