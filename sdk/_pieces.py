@@ -64,6 +64,7 @@ PIECES_SUFFIX: Final = ".pieces"
 PIECED_SUFFIX: Final = ".pieced"
 
 _TOKEN: Final = re.compile(r'\{"\$tailcut\.piece":"([0-9a-f]{64})"\}')
+_STR: Final = frozenset({str})
 
 #: Chains remembered per ledger, list field and limit (interleaved transcripts of one run).
 CHAINS_PER_FIELD: Final = 4
@@ -149,6 +150,7 @@ def split_payload(
     structured: bool,
     known: dict[str, str] | None = None,
     ledger: PieceLedger | None = None,
+    value: Any = None,
 ) -> Split | None:
     """The skeleton and pieces of a payload's canonical JSON, or None to record it as it is.
 
@@ -159,22 +161,35 @@ def split_payload(
     payload that already contains a placeholder token is left as it is (its text could not be told
     from a skeleton).
     ``known`` (text -> sha256) memoises the hashes of pieces seen before. With ``ledger`` a list that
-    extends one of the ledger's chains is split from where that chain ends (see the module docstring).
+    extends one of the ledger's chains is split from where that chain ends (see the module docstring),
+    and ``value``, if it is the dict ``text`` is the canonical JSON of, spares parsing the whole text:
+    only the skeleton and the new elements are parsed back (the result is the same).
     """
-    if TOKEN_START in text:
-        return None
     if structured:
-        pieces = _Pieces(limit, known)
-        fields = _split_fields(text, pieces, ledger)
+        fields = None
+        if ledger is not None and type(value) is dict and _STR.issuperset(map(type, value)):
+            pieces = _Pieces(limit, known)
+            fields = _split_value(value, pieces, ledger)
+        if fields is None:
+            if TOKEN_START in text:
+                return None
+            pieces = _Pieces(limit, known)
+            fields = _split_text(text, pieces, ledger)
         if fields is not None and len(fields[0]) <= limit:
             return Split(fields[0], pieces.pieces, fields[1])
+    elif TOKEN_START in text:
+        return None
     if len(text) < MIN_PIECE and len(text.encode("utf-8")) <= limit:
         return None
     pieces = _Pieces(limit, known)
     return Split(placeholder(pieces.add(text)), pieces.pieces)
 
 
-def _split_fields(
+class _Unstable(Exception):
+    """A part of a request whose canonical JSON does not parse back to itself, or holds a placeholder."""
+
+
+def _split_text(
     text: str, pieces: _Pieces, ledger: PieceLedger | None
 ) -> tuple[str, tuple[Chain, ...]] | None:
     """The skeleton of a request object and its chains, or None when it has no field to split or is not
@@ -190,37 +205,96 @@ def _split_fields(
         return None
     if not isinstance(value, dict) or canonical_json(value) != text:
         return None
-    found = False
+    return _split_request(value, pieces, ledger, parsed=True)
+
+
+def _split_value(
+    value: dict[str, Any], pieces: _Pieces, ledger: PieceLedger
+) -> tuple[str, tuple[Chain, ...]] | None:
+    """What :func:`_split_text` gives for the canonical JSON of ``value``, or None to split the text.
+
+    The text parses back to itself exactly when every part does (keys are strings, so distinct): the
+    skeleton, each split field that is not a list, each new element (a chain's elements did when it was
+    recorded). Those parts are checked; any other outcome (or a placeholder in one) leaves it to the text.
+    """
+    try:
+        return _split_request(value, pieces, ledger, parsed=False)
+    except _Unstable:
+        return None
+
+
+def _reparsed(text: str, placeholders: int = 0) -> Any:
+    """The value of ``text``, which must encode back to exactly ``text`` and hold no other placeholders."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _Unstable from None
+    if text.count(TOKEN_START) != placeholders or canonical_json(value) != text:
+        raise _Unstable
+    return value
+
+
+def _split_request(
+    request: dict[str, Any], pieces: _Pieces, ledger: PieceLedger | None, *, parsed: bool
+) -> tuple[str, tuple[Chain, ...]] | None:
+    """The skeleton and chains of ``request``, either parsed from its text or the value it encodes.
+
+    A value's parts are taken by their canonical text (:class:`_Unstable` when one does not parse back).
+    """
+    skeleton = dict(request)
     chains: list[Chain] = []
+    replaced = 0
     for key in SPLIT_FIELDS:
-        item = value.get(key)
-        if item is None or item == [] or item == "":
+        if key not in request:
             continue
-        found = True
-        if isinstance(item, list):
-            link, chain = _chain(key, item, pieces, ledger)
-            value[key] = [{PIECE_KEY: link}]
+        item = request[key]
+        item_text = None if parsed else canonical_json(item)
+        if (item is None or item == [] or item == "") if parsed else item_text in ("null", "[]", '""'):
+            continue
+        replaced += 1
+        if isinstance(item, list) if parsed else item_text[0] == "[":
+            if not parsed and type(item) not in (list, tuple):
+                raise _Unstable  # a set, say: its elements cannot be taken in order
+            link, chain = _chain(key, item, pieces, ledger, parsed=parsed, text=item_text)
+            skeleton[key] = [{PIECE_KEY: link}]
             if chain is not None:
                 chains.append(chain)
         else:
-            value[key] = {PIECE_KEY: pieces.add(canonical_json(item))}
-    return (canonical_json(value), tuple(chains)) if found else None
+            if not parsed:
+                _reparsed(item_text)
+            skeleton[key] = {PIECE_KEY: pieces.add(item_text or canonical_json(item))}
+    if not replaced:
+        return None
+    text = canonical_json(skeleton)
+    if not parsed:
+        _reparsed(text, replaced)
+    return text, tuple(chains)
 
 
 def _chain(
-    key: str, items: list[Any], pieces: _Pieces, ledger: PieceLedger | None
+    key: str,
+    items: list[Any],
+    pieces: _Pieces,
+    ledger: PieceLedger | None,
+    *,
+    parsed: bool,
+    text: str | None,
 ) -> tuple[str, Chain | None]:
     """The last link of the chain of ``items`` and, with ``ledger``, the chain to remember.
 
-    The elements a chain of the ledger already covers are skipped: their pieces were sent.
+    The elements a chain of the ledger already covers are skipped: their pieces were sent. The others
+    are taken as they are when ``parsed``, else parsed back from their canonical text.
     """
-    text = canonical_json(items) if ledger is not None else ""
-    known = ledger.chain(key, pieces.limit, text) if ledger is not None else None
+    if ledger is not None and text is None:
+        text = canonical_json(items)
+    known = ledger.chain(key, pieces.limit, text) if ledger is not None and text is not None else None
     start, link = (known.length, known.link) if known is not None else (0, "")
     for element in items[start:]:
-        sha = _element_piece(element, pieces)
+        sha = _element_piece(element if parsed else _reparsed(canonical_json(element)), pieces)
         link = sha if not link else pieces.add(placeholder(link) + "," + placeholder(sha))
-    return link, Chain(key, pieces.limit, text[:-1], len(items), link) if ledger is not None else None
+    if ledger is None or text is None:
+        return link, None
+    return link, Chain(key, pieces.limit, text[:-1], len(items), link)
 
 
 def _element_piece(element: Any, pieces: _Pieces) -> str:
@@ -329,16 +403,26 @@ class PieceLedger:
 
 
 def recorded_pieces(
-    config: _config.Config, ledger: PieceLedger, kind: str, field: str, text: str
+    config: _config.Config,
+    ledger: PieceLedger,
+    kind: str,
+    field: str,
+    text: str,
+    value: Any = None,
 ) -> tuple[str, dict[str, Any]] | None:
     """The skeleton to record for a payload and the span attributes carrying its new pieces.
 
     An LLM request is split into its messages, tools and instructions; any payload over the inline
     limit into chunks. None when the payload is recorded as it is. The pieces travel in
     ``<payload attribute>.pieces`` and the skeleton is marked by ``<payload attribute>.pieced``.
+    ``value``, if given, is the object ``text`` is the canonical JSON of (see :func:`split_payload`).
     """
     split = split_payload(
-        text, limit=config.inline_limit, structured=kind == "llm" and field == "request", ledger=ledger
+        text,
+        limit=config.inline_limit,
+        structured=kind == "llm" and field == "request",
+        ledger=ledger,
+        value=value,
     )
     if split is None:
         return None

@@ -85,6 +85,7 @@ def encode_payload(
         If ``value`` cannot be encoded (:class:`~tailcut.errors.RedactHookError` when the ``redact``
         hook raised); the caller records that on the span.
     """
+    source: Any = None  # a dict ``text`` is the canonical JSON of (spares the pieces parsing it)
     if canonical is None:
         try:
             if config.redact_defaults:
@@ -94,13 +95,13 @@ def encode_payload(
             raise
         except Exception as exc:  # the value's own code raised while being walked (a __getattr__, ...)
             raise CanonicalEncodingError(f"{type(exc).__name__}: {exc}") from None
-        text = raw.decode("utf-8")
+        text, source = raw.decode("utf-8"), value
     else:
         text, raw = canonical, b""
     if config.redact_defaults:
         redacted = redact_text(text)
         if redacted is not text:
-            text, raw = redacted, b""
+            text, raw, source = redacted, b"", None
     if config.redact is not None:
         try:
             redacted_value = config.redact(loads(text), kind=kind, field=field)
@@ -108,7 +109,7 @@ def encode_payload(
             hook_error("redact", exc)
             # Only the type: the message of a failed redaction may quote the secret.
             raise RedactHookError(f"the redact hook raised {type(exc).__name__}") from None
-        text = canonical_json(redacted_value)
+        text, source = canonical_json(redacted_value), redacted_value
         raw = b""
     if not raw:
         raw = text.encode("utf-8")
@@ -127,7 +128,7 @@ def encode_payload(
     elif (
         ledger is not None
         and not config.self_contained
-        and (pieced := recorded_pieces(config, ledger, kind, field, text)) is not None
+        and (pieced := recorded_pieces(config, ledger, kind, field, text, source)) is not None
     ):
         inline = pieced[0]
         if size_key is not None:

@@ -18,11 +18,23 @@ from tests.loop_agent import SYSTEM
 
 LONG = st.builds(lambda char, n: char * n, st.characters(codec="utf-8"), st.integers(1000, 1400))
 contents = st.one_of(st.text(max_size=12), LONG, st.none(), st.integers(), st.lists(st.text(max_size=4)))
+#: Values whose canonical JSON does not parse back to itself, or holds a placeholder: the split must
+#: treat them as splitting the text does.
+odd = st.one_of(
+    st.integers(2**64, 2**70),
+    st.floats(),
+    st.just("\ud800"),
+    st.tuples(st.text(max_size=3)),
+    st.frozensets(st.integers(0, 5), max_size=3),
+    st.dictionaries(st.integers(0, 2) | st.sampled_from(["0", "1"]), st.text(max_size=3), max_size=3),
+    st.just({"$tailcut.piece": "0" * 64}),
+)
 messages = st.one_of(
-    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": contents}),
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": contents | odd}),
     st.text(max_size=8),
     st.integers(0, 120),  # "[1" begins "[12]": an element must end where the chain did
     st.lists(st.integers(), max_size=2),
+    odd,
 )
 steps = st.one_of(
     st.tuples(st.just("append"), messages),
@@ -32,6 +44,8 @@ steps = st.one_of(
     st.tuples(st.just("tools"), st.lists(st.text(max_size=6), max_size=2)),
     st.tuples(st.just("other"), st.lists(messages, max_size=3)),  # a second transcript in the run
     st.tuples(st.just("limit"), st.sampled_from([340, 1000, 65536])),  # the config replaced mid-run
+    st.tuples(st.just("field"), st.sampled_from(["system", "input", "temperature", 7]), contents | odd),
+    st.tuples(st.just("tuple"), st.none()),  # the transcript sent as a tuple
 )
 
 
@@ -49,6 +63,8 @@ def _apply(step: tuple[Any, ...], transcript: list[Any], request: dict[str, Any]
         transcript.pop()
     elif kind == "tools":
         request["tools"] = step[1]
+    elif kind == "field":
+        request[step[1]] = step[2]
 
 
 def _uncached(text: str, limit: int, ledger: PieceLedger) -> tuple[str, list[str]] | None:
@@ -58,8 +74,10 @@ def _uncached(text: str, limit: int, ledger: PieceLedger) -> tuple[str, list[str
     return split.skeleton, list(ledger.unsent(split.pieces).values())
 
 
-def _cached(text: str, config: _config.Config, ledger: PieceLedger) -> tuple[str, list[str]] | None:
-    recorded = recorded_pieces(config, ledger, "llm", "request", text)
+def _cached(
+    value: Any, text: str, config: _config.Config, ledger: PieceLedger
+) -> tuple[str, list[str]] | None:
+    recorded = recorded_pieces(config, ledger, "llm", "request", text, value)
     if recorded is None:
         return None
     return recorded[0], list(recorded[1].get(attr.REQUEST + ".pieces", []))
@@ -84,11 +102,14 @@ def test_the_cached_split_is_byte_identical_to_splitting_from_scratch(first, scr
             limit = step[1]
         config = _config.Config(enabled=True, inline_limit=limit)
         if step[0] == "other":
-            texts = [canonical_json({"model": "m", "messages": step[1]})]
+            value = {"model": "m", "messages": step[1]}
+        elif step[0] == "tuple":
+            value = {**request, "messages": tuple(transcript)}
         else:
-            texts = [canonical_json(request)]
-        for text in texts:
-            cached = _cached(text, config, cached_ledger)
+            value = request
+        text = canonical_json(value)
+        for given_value in (value, None):  # what the recorder has, and a request given as text
+            cached = _cached(given_value, text, config, cached_ledger)
             assert cached == _uncached(text, limit, reference_ledger)
             if cached is not None:
                 sent.update((sha256_hex(piece), piece) for piece in cached[1])

@@ -22,8 +22,15 @@ _SDK_HEADER_PREFIX = "x-stainless-"
 
 
 #: Types checked first, by identity: a transcript is mostly strings (``isinstance`` against the
-#: ``collections.abc`` classes costs far more than the rest of the walk).
+#: ``collections.abc`` classes costs far more than the rest of the walk), and a message is mostly a
+#: flat dict of them, which is checked in one set operation.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` has string keys and only scalar values."""
+    return _SCALARS.issuperset(map(type, value.values())) and _STR.issuperset(map(type, value))
 
 
 def freeze_iterators(value: Any) -> Any:
@@ -33,7 +40,7 @@ def freeze_iterators(value: Any) -> Any:
     handed on. Containers are copied only where something inside them changed.
     """
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in _SCALARS or (kind is dict and _SCALARS.issuperset(map(type, value.values()))):
         return value
     if isinstance(value, dict):
         changed: dict[Any, Any] | None = None
@@ -60,7 +67,9 @@ def plain(value: Any, sentinels: tuple[type, ...]) -> Any:
     kind = type(value)
     if kind in _SCALARS:
         return value
-    if kind is dict or isinstance(value, Mapping):
+    if kind is dict and _flat(value):
+        return dict(value)
+    if isinstance(value, Mapping):
         return {
             str(key): item if type(item) in _SCALARS else plain(item, sentinels)
             for key, item in value.items()
