@@ -24,7 +24,9 @@ link depends only on the texts of the elements before it, so when a request's li
 text followed by ``,`` (more elements) or ``]``, the chain's first elements are exactly those texts: their
 pieces were sent, the link is taken as it is, and only the new elements are hashed. The test is one
 comparison of texts, so a message changed in place since (any element's text differs) just starts a new
-chain; the result is byte for byte what splitting from scratch gives.
+chain. Given the request value as well as its text, the split encodes the lists and parses back only the
+skeleton and the new elements, not the whole text. Either way the result is byte for byte what
+splitting from scratch gives.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import collections
 import itertools
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
@@ -328,22 +331,25 @@ def expand(text: str, lookup: Callable[[str], str]) -> str:
 
 
 class _Chains:
-    """The chains recorded lately, by (ledger serial, field, limit), within :data:`CHAIN_BUDGET`.
+    """The chains ledgers recorded lately, within :data:`CHAIN_BUDGET` characters (thread-safe).
 
-    Process-wide and thread-safe. A ledger's serial is never reused (an ``id()`` could be, by a ledger
-    that never sent those pieces), and chains of the same key are at most :data:`CHAINS_PER_FIELD`.
+    Process-wide, by ledger serial (never reused, as an ``id()`` could be by a ledger that never sent
+    those pieces), then by (field, limit): at most :data:`CHAINS_PER_FIELD` of each. Over the budget the
+    chains of the ledger that recorded least recently go first; a ledger's go when it does.
     """
 
     def __init__(self, budget: int) -> None:
         self._budget = budget
         self._lock = threading.Lock()
         self._size = 0
-        self._chains: collections.OrderedDict[tuple[int, str, int], list[Chain]] = collections.OrderedDict()
+        self._ledgers: collections.OrderedDict[int, dict[tuple[str, int], list[Chain]]] = (
+            collections.OrderedDict()
+        )
 
-    def longest_prefix(self, key: tuple[int, str, int], text: str) -> Chain | None:
-        """The longest chain of ``key`` whose elements begin the list whose canonical text is ``text``."""
+    def longest_prefix(self, serial: int, field: str, limit: int, text: str) -> Chain | None:
+        """The longest chain whose elements begin the list whose canonical text is ``text``."""
         with self._lock:
-            candidates = list(self._chains.get(key, ()))
+            candidates = list(self._ledgers.get(serial, {}).get((field, limit), ()))
         best: Chain | None = None
         for chain in candidates:
             end = len(chain.opening)
@@ -352,22 +358,32 @@ class _Chains:
                 best = chain
         return best
 
-    def remember(self, key: tuple[int, str, int], chain: Chain) -> None:
-        """Keep ``chain`` (in place of those it extends), dropping the oldest chains over budget."""
+    def remember(self, serial: int, chain: Chain) -> None:
+        """Keep ``chain`` (in place of those it extends), dropping the oldest ledgers' over budget."""
         if len(chain.opening) > self._budget:
             return
         with self._lock:
+            chains = self._ledgers.setdefault(serial, {})
+            self._ledgers.move_to_end(serial)
             kept = [chain]
-            for other in self._chains.pop(key, ()):
+            for other in chains.get((chain.field, chain.limit), ()):
                 if len(kept) < CHAINS_PER_FIELD and not chain.opening.startswith(other.opening):
                     kept.append(other)
                 else:
                     self._size -= len(other.opening)
-            self._chains[key] = kept
+            chains[(chain.field, chain.limit)] = kept
             self._size += len(chain.opening)
             while self._size > self._budget:
-                _, dropped = self._chains.popitem(last=False)
-                self._size -= sum(len(other.opening) for other in dropped)
+                self._drop(next(iter(self._ledgers)))
+
+    def forget(self, serial: int) -> None:
+        """Drop the chains of a ledger that is gone."""
+        with self._lock:
+            self._drop(serial)
+
+    def _drop(self, serial: int) -> None:
+        for chains in self._ledgers.pop(serial, {}).values():
+            self._size -= sum(len(chain.opening) for chain in chains)
 
 
 _CHAINS = _Chains(CHAIN_BUDGET)
@@ -377,7 +393,7 @@ _SERIALS = itertools.count()
 class PieceLedger:
     """The pieces a run already sent in its trace (thread-safe), their hashes by text, and its chains."""
 
-    __slots__ = ("_lock", "_sent", "known", "serial")
+    __slots__ = ("__weakref__", "_lock", "_remembers", "_sent", "known", "serial")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -386,6 +402,7 @@ class PieceLedger:
         self.known: dict[str, str] = {}
         #: This ledger's number in the process (the key of its chains).
         self.serial = next(_SERIALS)
+        self._remembers = False
 
     def unsent(self, pieces: dict[str, str], chains: tuple[Chain, ...] = ()) -> dict[str, str]:
         """The pieces of ``pieces`` not sent before, now marked as sent; then ``chains`` are remembered
@@ -393,13 +410,17 @@ class PieceLedger:
         with self._lock:
             new = {sha: text for sha, text in pieces.items() if sha not in self._sent}
             self._sent.update(new)
+            first = chains and not self._remembers
+            self._remembers = self._remembers or bool(chains)
+        if first:  # the ledger's chains go with it
+            weakref.finalize(self, _CHAINS.forget, self.serial)
         for chain in chains:
-            _CHAINS.remember((self.serial, chain.field, chain.limit), chain)
+            _CHAINS.remember(self.serial, chain)
         return new
 
     def chain(self, field: str, limit: int, text: str) -> Chain | None:
         """The longest chain this ledger remembers for ``field`` that begins the list ``text`` encodes."""
-        return _CHAINS.longest_prefix((self.serial, field, limit), text)
+        return _CHAINS.longest_prefix(self.serial, field, limit, text)
 
 
 def recorded_pieces(

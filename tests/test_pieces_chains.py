@@ -3,13 +3,14 @@ byte for byte those of splitting from scratch (in-place edits of earlier message
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tailcut
-from tailcut import _config
+from tailcut import _config, _pieces
 from tailcut import attributes as attr
 from tailcut._pieces import Chain, PieceLedger, _Chains, expand, recorded_pieces, split_payload
 from tailcut.canonical import canonical_json, sha256_hex
@@ -149,16 +150,28 @@ def test_a_chain_is_only_reused_by_the_ledger_that_sent_its_pieces():
     assert not_sent is not None and not_sent.pieces == split.pieces
 
 
-def test_chains_are_dropped_oldest_first_over_the_budget():
+def test_chains_are_dropped_oldest_first_over_the_budget_and_with_their_ledger():
     chains = _Chains(budget=100)
     for serial in range(3):
-        chains.remember((serial, "messages", 1000), Chain("messages", 1000, "[" + "1," * 20 + "1", 21, "l"))
-    assert chains.longest_prefix((0, "messages", 1000), "[" + "1," * 20 + "1]") is None
-    found = chains.longest_prefix((2, "messages", 1000), "[" + "1," * 21 + "1]")
+        chains.remember(serial, Chain("messages", 1000, "[" + "1," * 20 + "1", 21, "l"))
+    assert chains.longest_prefix(0, "messages", 1000, "[" + "1," * 20 + "1]") is None
+    found = chains.longest_prefix(2, "messages", 1000, "[" + "1," * 21 + "1]")
     assert found is not None and found.length == 21
-    assert chains.longest_prefix((2, "messages", 1000), "[" + "1," * 20 + "12]") is None  # not an element
-    chains.remember((3, "messages", 1000), Chain("messages", 1000, "[" + "1" * 200, 1, "l"))
-    assert chains.longest_prefix((3, "messages", 1000), "[" + "1" * 200 + "]") is None  # over the budget
+    assert chains.longest_prefix(2, "messages", 1000, "[" + "1," * 20 + "12]") is None  # not an element
+    assert chains.longest_prefix(2, "messages", 340, "[" + "1," * 21 + "1]") is None  # another limit
+    chains.remember(3, Chain("messages", 1000, "[" + "1" * 200, 1, "l"))
+    assert chains.longest_prefix(3, "messages", 1000, "[" + "1" * 200 + "]") is None  # over the budget
+
+    ledger = PieceLedger()
+    text = canonical_json({"messages": ["a"]})
+    split = split_payload(text, limit=65536, structured=True, ledger=ledger)
+    assert split is not None
+    ledger.unsent(split.pieces, split.chains)
+    serial = ledger.serial
+    assert _pieces._CHAINS.longest_prefix(serial, "messages", 65536, '["a"]') is not None
+    del ledger, split
+    gc.collect()
+    assert _pieces._CHAINS.longest_prefix(serial, "messages", 65536, '["a"]') is None
 
 
 def test_an_sdk_loop_editing_earlier_messages_in_place_records_every_request_exactly(server, oai):
