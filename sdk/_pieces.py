@@ -44,6 +44,7 @@ import orjson
 from tailcut import _config
 from tailcut import attributes as attr
 from tailcut.canonical import canonical_json, sha256_hex
+from tailcut.errors import CanonicalEncodingError
 
 #: The key of a placeholder object.
 PIECE_KEY: Final = "$tailcut.piece"
@@ -172,7 +173,7 @@ def split_payload(
         fields = None
         if ledger is not None and type(value) is dict and _STR.issuperset(map(type, value)):
             pieces = _Pieces(limit, known)
-            fields = _split_value(value, pieces, ledger)
+            fields = _split_value(text, value, pieces, ledger)
         if fields is None:
             if TOKEN_START in text:
                 return None
@@ -192,9 +193,11 @@ class _Unstable(Exception):
     """A part of a request whose canonical JSON does not parse back to itself, or holds a placeholder."""
 
 
-def _split_text(
-    text: str, pieces: _Pieces, ledger: PieceLedger | None
-) -> tuple[str, tuple[Chain, ...]] | None:
+#: A request's skeleton and the chains of its lists.
+_Fields = tuple[str, tuple[Chain, ...]]
+
+
+def _split_text(text: str, pieces: _Pieces, ledger: PieceLedger | None) -> _Fields | None:
     """The skeleton of a request object and its chains, or None when it has no field to split or is not
     canonical.
 
@@ -208,22 +211,38 @@ def _split_text(
         return None
     if not isinstance(value, dict) or canonical_json(value) != text:
         return None
-    return _split_request(value, pieces, ledger, parsed=True)
+    split = _split_request(value, pieces, ledger, parsed=True)
+    return None if split is None else split[0]
 
 
-def _split_value(
-    value: dict[str, Any], pieces: _Pieces, ledger: PieceLedger
-) -> tuple[str, tuple[Chain, ...]] | None:
-    """What :func:`_split_text` gives for the canonical JSON of ``value``, or None to split the text.
+def _split_value(text: str, value: dict[str, Any], pieces: _Pieces, ledger: PieceLedger) -> _Fields | None:
+    """What :func:`_split_text` gives for ``text``, the canonical JSON of ``value``; None to split the text.
 
-    The text parses back to itself exactly when every part does (keys are strings, so distinct): the
-    skeleton, each split field that is not a list, each new element (a chain's elements did when it was
-    recorded). Those parts are checked; any other outcome (or a placeholder in one) leaves it to the text.
+    The text parses back to itself exactly when every part does (the keys are strings, so distinct):
+    the skeleton, each split field that is not a list, each new element (a chain's elements did when it
+    was recorded), and each is checked. The parts are encoded again, so the skeleton filled with them
+    must also be ``text`` exactly: a value that encodes differently the second time (a ``model_dump``
+    that reads a clock, say) is split from its text.
     """
     try:
-        return _split_request(value, pieces, ledger, parsed=False)
-    except _Unstable:
+        split = _split_request(value, pieces, ledger, parsed=False)
+    except (_Unstable, CanonicalEncodingError):
         return None
+    if split is None or not _fills(split[0][0], split[1], text):
+        return None
+    return split[0]
+
+
+def _fills(skeleton: str, fillings: dict[str, str], text: str) -> bool:
+    """Whether ``skeleton`` with each placeholder replaced by ``fillings[sha256]`` is exactly ``text``."""
+    position = start = 0
+    for match in _TOKEN.finditer(skeleton):
+        for part in (skeleton[start : match.start()], fillings[match.group(1)]):
+            if not text.startswith(part, position):
+                return False
+            position += len(part)
+        start = match.end()
+    return text.startswith(skeleton[start:], position) and position + len(skeleton) - start == len(text)
 
 
 def _reparsed(text: str, placeholders: int = 0) -> Any:
@@ -239,39 +258,47 @@ def _reparsed(text: str, placeholders: int = 0) -> Any:
 
 def _split_request(
     request: dict[str, Any], pieces: _Pieces, ledger: PieceLedger | None, *, parsed: bool
-) -> tuple[str, tuple[Chain, ...]] | None:
-    """The skeleton and chains of ``request``, either parsed from its text or the value it encodes.
+) -> tuple[_Fields, dict[str, str]] | None:
+    """The skeleton and chains of ``request`` (parsed from its text, or else the value it encodes), and
+    the text each of the skeleton's placeholders stands for (those of a value only).
 
     A value's parts are taken by their canonical text (:class:`_Unstable` when one does not parse back).
     """
     skeleton = dict(request)
     chains: list[Chain] = []
+    fillings: dict[str, str] = {}
     replaced = 0
     for key in SPLIT_FIELDS:
         if key not in request:
             continue
         item = request[key]
-        item_text = None if parsed else canonical_json(item)
-        if (item is None or item == [] or item == "") if parsed else item_text in ("null", "[]", '""'):
+        text = None if parsed else canonical_json(item)
+        if (item is None or item == [] or item == "") if parsed else text in ("null", "[]", '""'):
             continue
         replaced += 1
-        if isinstance(item, list) if parsed else item_text[0] == "[":
+        if isinstance(item, list) if parsed else text is not None and text[0] == "[":
             if not parsed and type(item) not in (list, tuple):
                 raise _Unstable  # a set, say: its elements cannot be taken in order
-            link, chain = _chain(key, item, pieces, ledger, parsed=parsed, text=item_text)
+            link, chain = _chain(key, item, pieces, ledger, parsed=parsed, text=text)
             skeleton[key] = [{PIECE_KEY: link}]
             if chain is not None:
                 chains.append(chain)
+            if text is not None:
+                fillings[link] = text[1:-1]
         else:
-            if not parsed:
-                _reparsed(item_text)
-            skeleton[key] = {PIECE_KEY: pieces.add(item_text or canonical_json(item))}
+            if text is None:
+                text = canonical_json(item)
+            else:
+                _reparsed(text)
+            sha = pieces.add(text)
+            skeleton[key] = {PIECE_KEY: sha}
+            fillings[sha] = text
     if not replaced:
         return None
     text = canonical_json(skeleton)
     if not parsed:
         _reparsed(text, replaced)
-    return text, tuple(chains)
+    return (text, tuple(chains)), fillings
 
 
 def _chain(
@@ -283,18 +310,30 @@ def _chain(
     parsed: bool,
     text: str | None,
 ) -> tuple[str, Chain | None]:
-    """The last link of the chain of ``items`` and, with ``ledger``, the chain to remember.
+    """The last link of the chain of ``items`` (whose canonical JSON is ``text``, if known) and, with
+    ``ledger``, the chain to remember.
 
     The elements a chain of the ledger already covers are skipped: their pieces were sent. The others
-    are taken as they are when ``parsed``, else parsed back from their canonical text.
+    are taken as they are when ``parsed``, else parsed back from their canonical text, which must be
+    where ``text`` has them.
     """
     if ledger is not None and text is None:
         text = canonical_json(items)
     known = ledger.chain(key, pieces.limit, text) if ledger is not None and text is not None else None
     start, link = (known.length, known.link) if known is not None else (0, "")
+    position = len(known.opening) if known is not None else 0
     for element in items[start:]:
-        sha = _element_piece(element if parsed else _reparsed(canonical_json(element)), pieces)
+        if not parsed:
+            element_text = canonical_json(element)
+            separator = "," if position else "["
+            if text is None or text[position] != separator or not text.startswith(element_text, position + 1):
+                raise _Unstable
+            position += 1 + len(element_text)
+            element = _reparsed(element_text)
+        sha = _element_piece(element, pieces)
         link = sha if not link else pieces.add(placeholder(link) + "," + placeholder(sha))
+    if not parsed and (text is None or position != len(text) - 1):  # the list changed meanwhile
+        raise _Unstable
     if ledger is None or text is None:
         return link, None
     return link, Chain(key, pieces.limit, text[:-1], len(items), link)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -172,6 +173,37 @@ def test_chains_are_dropped_oldest_first_over_the_budget_and_with_their_ledger()
     del ledger, split
     gc.collect()
     assert _pieces._CHAINS.longest_prefix(serial, "messages", 65536, '["a"]') is None
+
+
+class _Drifting:
+    """A model whose dump changes every ``period`` times it is taken (a clock in it, say), and fails once."""
+
+    def __init__(self, content: str, period: int, fail_at: int) -> None:
+        self.content, self.period, self.fail_at, self.dumps = content, period, fail_at, 0
+
+    def model_dump(self, mode: str = "json") -> dict[str, Any]:
+        self.dumps += 1
+        if self.dumps == self.fail_at:  # while the recorder encodes the request's parts again
+            raise RuntimeError("gone")
+        tick = (self.dumps + self.period - 1) // self.period % 10
+        return {"role": "user", "content": f"{tick} {self.content}"}  # the same length
+
+
+# the recorder's encodings are every other one: "messages" drifts between the list and its elements
+@pytest.mark.parametrize(("where", "period", "fail_at"), [("system", 1, 4), ("messages", 2, 8)])
+def test_a_value_that_encodes_differently_the_second_time_is_split_from_its_text(where, period, fail_at):
+    config = _config.Config(enabled=True)
+    cached_ledger, reference_ledger = PieceLedger(), PieceLedger()
+    drifting = _Drifting("x" * 600, period, fail_at)
+    transcript: list[Any] = [{"role": "system", "content": SYSTEM}]
+    for _ in range(3):
+        request = {"model": "m", "messages": transcript, where: drifting}
+        if where == "messages":
+            request["messages"] = [*transcript, drifting]
+        text = canonical_json(request)
+        assert _cached(request, text, config, cached_ledger) == _uncached(text, 65536, reference_ledger)
+        transcript.append({"role": "assistant", "content": "ok"})
+    assert drifting.dumps >= fail_at  # the recorder met the failure
 
 
 def test_an_sdk_loop_editing_earlier_messages_in_place_records_every_request_exactly(server, oai):
