@@ -449,7 +449,7 @@ class PieceLedger:
         with self._lock:
             new = {sha: text for sha, text in pieces.items() if sha not in self._sent}
             self._sent.update(new)
-            first = chains and not self._remembers
+            first = bool(chains) and not self._remembers
             self._remembers = self._remembers or bool(chains)
         if first:  # the ledger's chains go with it
             weakref.finalize(self, _CHAINS.forget, self.serial)
