@@ -105,10 +105,15 @@ def _first(attributes: Any, keys: tuple[str, ...]) -> bytes | None:
 
 
 def span_kind(attributes: Any) -> str:
-    """The tailcut kind of a span from its raw attribute map (``tailcut.kind`` first, then conventions)."""
+    """The tailcut kind of a span from its raw attribute map (``tailcut.kind`` first, then conventions).
+
+    A carrier (``tailcut.carrier``) is :data:`~tailcut.attributes.CARRIER_KIND`, which the signals skip.
+    """
     kind = _KIND_BY_RAW.get(attributes.get(attr.KIND))  # type: ignore[arg-type]
     if kind is not None:
         return kind
+    if attr.CARRIER in attributes:
+        return attr.CARRIER_KIND
     return resolve_kind({key: any_value(attributes[key]) for key in KIND_KEYS if key in attributes})
 
 

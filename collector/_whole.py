@@ -5,7 +5,8 @@ tailcut's SDK records payloads as a skeleton plus the pieces its trace had not c
 :func:`self_contained` puts every marked payload attribute (``tailcut.request``, ``tailcut.response``,
 ``tailcut.stream.events``, and the ``gen_ai.tool.call.*`` copies of a tool's payloads) back together
 from the pieces of the same batch (a kept trace is forwarded whole) and drops the piece attributes. A
-payload whose pieces are not in the batch (a late span) is forwarded as recorded.
+payload whose pieces are not in the batch (a late span) is forwarded as recorded. Carrier spans
+(``tailcut._carriers``) give their pieces, chunked ones included, and are not forwarded.
 """
 
 from __future__ import annotations
@@ -22,22 +23,35 @@ from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECED_SUFFIX, PIECES_SUFFIX, TO
 #: Payload attribute -> the GenAI attribute a tool span copies it into.
 _COPIES: Final = {attr.REQUEST: attr.GEN_AI_TOOL_CALL_ARGUMENTS, attr.RESPONSE: attr.GEN_AI_TOOL_CALL_RESULT}
 _MARKER: Final = TOKEN_START.encode()
+_CARRIER: Final = attr.CARRIER.encode()
 
 
 def self_contained(request: bytes) -> bytes:
-    """The encoded ``ExportTraceServiceRequest`` with its pieced payloads whole (unchanged if none)."""
-    if _MARKER not in request:
+    """The encoded ``ExportTraceServiceRequest`` with its pieced payloads whole and no carriers
+    (unchanged if it has neither)."""
+    if _MARKER not in request and _CARRIER not in request:
         return request
     message = ExportTraceServiceRequest.FromString(request)
-    spans = [span for rs in message.resource_spans for ss in rs.scope_spans for span in ss.spans]
     pieces: dict[bytes, dict[str, str]] = {}
-    for span in spans:
-        found = pieces.setdefault(span.trace_id, {})
-        for kv in span.attributes:
-            if kv.key.endswith(PIECES_SUFFIX):
-                for value in kv.value.array_value.values:
-                    text = value.string_value
-                    found[hashlib.sha256(text.encode("utf-8")).hexdigest()] = text
+    spans = []
+    for rs in message.resource_spans:
+        for ss in rs.scope_spans:
+            carriers = []
+            for position, span in enumerate(ss.spans):
+                found = pieces.setdefault(span.trace_id, {})
+                for kv in span.attributes:
+                    if kv.key == attr.CARRIER:
+                        carriers.append(position)
+                    elif kv.key == attr.CARRIER_CHUNKED:
+                        for value in kv.value.array_value.values:
+                            found[value.string_value[:64]] = value.string_value[64:]
+                    elif kv.key.endswith(PIECES_SUFFIX):
+                        for value in kv.value.array_value.values:
+                            text = value.string_value
+                            found[hashlib.sha256(text.encode("utf-8")).hexdigest()] = text
+            for position in reversed(carriers):
+                del ss.spans[position]
+            spans.extend(ss.spans)
     for span in spans:
         _make_whole(span, pieces.get(span.trace_id, {}))
     return message.SerializeToString()

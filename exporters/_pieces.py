@@ -4,10 +4,16 @@ The SDK records an LLM request as a skeleton plus the pieces (messages, tools, i
 had not carried yet (``tailcut._pieces``). On write, :func:`take_pieces` moves each span's
 ``tailcut.pieces`` attribute out of the ``attributes`` map into ``pieces`` rows (``trace_id``, ``sha256``,
 ``text``), one per distinct piece of the trace, under ``DATA/pieces/dt=.../``; the ``request`` column
-keeps the skeleton. :class:`PieceReader` puts a request back together from a trace's pieces (pieces over
-the inline limit come from the data dir's payload store), verifying every piece against its hash and
-the result against ``request_sha256``: a missing or damaged piece is a :class:`PieceError` naming the
-trace, the boundary and the hash, never a shorter request.
+keeps the skeleton. A span too big for one export request sent its pieces in carrier spans
+(``tailcut._carriers``): :func:`drop_carriers` removes their rows once their pieces are taken, renumbering
+the trace's ``span_index``/``subtree_end`` and its ``child_count`` as if they had never been there. A
+piece too big for one carrier is stored *chunked*: its row's text is the concatenation of its chunks'
+placeholders, and it is verified against its hash through the chunks' texts.
+
+:class:`PieceReader` puts a request back together from a trace's pieces (pieces over the inline limit
+come from the data dir's payload store), verifying every piece against its hash and the result against
+``request_sha256``: a missing or damaged piece is a :class:`PieceError` naming the trace, the boundary
+and the hash, never a shorter request.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
@@ -25,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from tailcut import attributes as attr
 from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECES_SUFFIX, TOKEN_START, expand
 from tailcut.errors import TailcutError
 from tailcut.exporters._location import Location, location
@@ -33,7 +41,12 @@ from tailcut.payloads import PayloadStore, PayloadStoreError
 
 PIECES_DIR: Final = "pieces"
 #: The attributes that carry pieces (``tailcut.request.pieces``, ...).
-_PIECES_KEYS: Final = pa.array([name + PIECES_SUFFIX for name in PAYLOAD_ATTRIBUTES.values()])
+_PIECES_KEYS: Final = pa.array(
+    [*(name + PIECES_SUFFIX for name in PAYLOAD_ATTRIBUTES.values()), attr.CARRIER_CHUNKED]
+)
+#: A chunked piece's text: nothing but placeholders.
+_CHUNKS: Final = re.compile("(?:" + re.escape(TOKEN_START) + '[0-9a-f]{64}"\\})+')
+_CHUNK_SHA: Final = re.compile("[0-9a-f]{64}")
 #: Traces whose pieces a reader keeps in memory.
 _CACHED_TRACES: Final = 64
 
@@ -45,7 +58,8 @@ class PieceError(TailcutError):
 def take_pieces(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     """``table`` without its ``tailcut.pieces`` attributes, and the ``pieces`` rows they carried.
 
-    Pieces are deduplicated per trace; a value that is not a JSON list of strings is left in place.
+    Pieces are deduplicated per trace; a value that is not a JSON list of strings is left in place. A
+    chunked piece (``tailcut.carrier.chunked``: its hash, then its text) keeps the hash it came with.
     """
     attributes = table.column("attributes").combine_chunks()
     keys = attributes.keys
@@ -73,8 +87,14 @@ def take_pieces(table: pa.Table) -> tuple[pa.Table, pa.Table]:
             mask[entry] = False
             continue
         trace_id = trace_ids[row].as_py()
+        chunked = keys[entry].as_py() == attr.CARRIER_CHUNKED
         for text in texts:
-            sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            if chunked:
+                sha, text = text[:64], text[64:]
+                if not _CHUNK_SHA.fullmatch(sha):
+                    continue
+            else:
+                sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
             if (trace_id, sha) not in seen:
                 seen.add((trace_id, sha))
                 out_trace.append(trace_id)
@@ -134,12 +154,18 @@ class PieceReader:
         pieces = self._pieces(trace_id)
         where = f"trace {trace_id}, boundary {boundary or '?'}, {field}"
 
+        verified: set[str] = set()
+
         def lookup(sha: str) -> str:
             piece = pieces.get(sha)
             if piece is None:
                 piece = self._stored(sha, where)
-            elif hashlib.sha256(piece.encode("utf-8")).hexdigest() != sha:
-                raise PieceError(f"{where}: piece sha256:{sha} is damaged (does not match its hash)")
+            elif sha not in verified:
+                if hashlib.sha256(piece.encode("utf-8")).hexdigest() != sha and not _joins(
+                    piece, sha, lookup
+                ):
+                    raise PieceError(f"{where}: piece sha256:{sha} is damaged (does not match its hash)")
+                verified.add(sha)
             return piece
 
         full = expand(text, lookup)
@@ -183,6 +209,53 @@ class PieceReader:
             if len(self._cache) > _CACHED_TRACES:
                 self._cache.popitem(last=False)
             return pieces
+
+
+def _joins(piece: str, sha: str, lookup: Callable[[str], str]) -> bool:
+    """Whether ``piece`` is the chunked form of the piece ``sha``: placeholders of chunks whose texts
+    (each verified by ``lookup``) join into a text with that hash."""
+    if not _CHUNKS.fullmatch(piece):
+        return False
+    whole = hashlib.sha256()
+    for chunk in _CHUNK_SHA.findall(piece):
+        whole.update(lookup(chunk).encode("utf-8"))
+    return whole.hexdigest() == sha
+
+
+def drop_carriers(table: pa.Table) -> pa.Table:
+    """``spans`` rows without the carriers' (their pieces already taken), the trees renumbered.
+
+    In each trace, ``span_index`` and ``subtree_end`` close the gaps the carriers leave, and a span's
+    ``child_count`` no longer counts its carriers: the rows are those the trace would have without them.
+    """
+    attributes = table.column("attributes").combine_chunks()
+    marked = pc.equal(attributes.keys, attr.CARRIER).to_numpy(zero_copy_only=False)
+    if not marked.any():
+        return table
+    offsets = attributes.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    entry_rows = np.repeat(np.arange(len(attributes)), np.diff(offsets))
+    carrier = np.zeros(len(attributes), dtype=bool)
+    carrier[entry_rows[marked]] = True
+    trace_ids = np.asarray(table.column("trace_id").to_pylist(), dtype=object)
+    _, trace = np.unique(trace_ids, return_inverse=True)
+    index = table.column("span_index").to_numpy().astype(np.int64)
+    end = table.column("subtree_end").to_numpy().astype(np.int64)
+    base = trace.astype(np.int64) << 32
+    gaps = np.sort(base[carrier] + index[carrier])
+    first = np.searchsorted(gaps, base, "left")
+    new_index = index - (np.searchsorted(gaps, base + index, "left") - first)
+    new_end = end - (np.searchsorted(gaps, base + end, "right") - first)
+    parents = table.column("parent_span_id").filter(pa.array(carrier)).to_pylist()
+    carried = collections.Counter(zip(trace_ids[carrier].tolist(), parents, strict=True))
+    span_ids = table.column("span_id").to_pylist()
+    children = table.column("child_count").to_numpy().astype(np.int64)
+    for row in np.flatnonzero(~carrier).tolist():
+        children[row] -= carried.get((trace_ids[row], span_ids[row]), 0)
+    for name, values in (("span_index", new_index), ("subtree_end", new_end), ("child_count", children)):
+        position = table.schema.get_field_index(name)
+        table = table.set_column(position, table.schema.field(position), pa.array(values, pa.int32()))
+    return table.filter(pa.array(~carrier))
 
 
 def piece_days(pieces: pa.Table, spans: pa.Table, span_days: np.ndarray) -> np.ndarray:

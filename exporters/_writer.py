@@ -45,7 +45,7 @@ from tailcut.exporters._atomic import part_names, publish, stale_temporaries
 from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._json_columns import readable_json
 from tailcut.exporters._location import Location, location
-from tailcut.exporters._pieces import piece_days, take_pieces
+from tailcut.exporters._pieces import drop_carriers, piece_days, take_pieces
 from tailcut.exporters._row_order import sort_rows
 
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
@@ -201,9 +201,11 @@ class DataDirWriter:
     def write_spans(self, table: pa.Table) -> None:
         """Add ``spans`` rows (a table with the :data:`~tailcut.exporters.schema.SPANS` schema).
 
-        The request pieces the spans carry become ``pieces`` rows in the same day partitions.
+        The request pieces the spans carry become ``pieces`` rows in the same day partitions; carrier
+        spans (``tailcut._carriers``) give their pieces and no ``spans`` row.
         """
         table, pieces = take_pieces(_conform("spans", table))
+        table = drop_carriers(table)
         days = _trace_days(table)
         self._write("spans", table, days)
         if pieces.num_rows:

@@ -2,13 +2,16 @@
 
 :class:`RecordingSpanProcessor` is the OpenTelemetry SDK's ``BatchSpanProcessor`` (its worker thread,
 its ``OTEL_BSP_*`` settings, and its fork handling: a child process forked after ``tailcut.init()``
-starts with an empty queue and a worker of its own) with three additions:
+starts with an empty queue and a worker of its own) with four additions:
 
 * a span that would overflow the queue is refused and counted, where the SDK's processor would drop
   the oldest queued span with only a log line; the queue is sized for agent bursts (65536 spans);
 * the exporter is wrapped in a :class:`CountingExporter`, which counts every span exported or lost
   (read them with :func:`tailcut.stats`) and, in a forked child, builds a fresh exporter so the child
   never writes on a connection it shares with its parent;
+* each batch goes out in export requests of at most ``max_export_bytes`` encoded bytes, a span too big
+  for one request with its pieces in carrier spans (:mod:`tailcut._carriers`), so no request is over
+  the collector's receive limit; carriers are not counted, only the spans they carry for;
 * :meth:`~RecordingSpanProcessor.shutdown` and :meth:`~RecordingSpanProcessor.force_flush` keep to a
   deadline: an unreachable collector cannot hold the agent's exit longer than ``shutdown_timeout``
   (plus half a second), and what is still queued then is counted as lost and reported.
@@ -28,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from tailcut import environment
+from tailcut._carriers import MIN_BOUND, default_bound, export_bounded
 from tailcut._config import counters
 from tailcut._guard import internal_error
 
@@ -70,6 +74,9 @@ class CountingExporter(SpanExporter):
     rebuild
         Makes a new exporter like ``exporter``; when given, a child process forked after this one
         was made exports through a fresh one (its own connections) instead of the parent's.
+    max_export_bytes
+        Largest export request in encoded bytes (see :mod:`tailcut._carriers`); None sends each batch
+        in one call.
     """
 
     def __init__(
@@ -78,9 +85,11 @@ class CountingExporter(SpanExporter):
         settle: Callable[[int, Outcome], None] = count_outcome,
         *,
         rebuild: Callable[[], SpanExporter] | None = None,
+        max_export_bytes: int | None = None,
     ) -> None:
         self._settle = settle
         self._rebuild = rebuild
+        self.max_export_bytes = max_export_bytes
         self._use(exporter)
         self._expired = threading.Event()
         self._pid = os.getpid()
@@ -99,13 +108,23 @@ class CountingExporter(SpanExporter):
             self._pid = os.getpid()
             if self._rebuild is not None:
                 self._use(self._rebuild())
+        if self.max_export_bytes is None:
+            result = self._send(spans)
+            self._settle(n, "exported" if result == SpanExportResult.SUCCESS else "failed")
+            return result
+        exported, failed = export_bounded(spans, self.max_export_bytes, self._send, oversize=_oversize)
+        if exported:
+            self._settle(exported, "exported")
+        if failed:
+            self._settle(failed, "failed")
+        return SpanExportResult.FAILURE if failed else SpanExportResult.SUCCESS
+
+    def _send(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            result = self._export(spans)
+            return self._export(spans)
         except Exception as exc:  # an exporter bug must not kill the processor's worker
             counters.warn_once("exporter-raised", "tailcut: the span exporter raised %s", exc, exc_info=exc)
-            result = SpanExportResult.FAILURE
-        self._settle(n, "exported" if result == SpanExportResult.SUCCESS else "failed")
-        return result
+            return SpanExportResult.FAILURE
 
     def expire(self) -> None:
         """The deadline passed: refuse further batches and cut the exporter's retries short."""
@@ -124,6 +143,15 @@ class CountingExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.exporter.force_flush(timeout_millis)
+
+
+def _oversize(size: int) -> None:
+    counters.warn_once(
+        "export-oversize",
+        "tailcut: a span of about %d encoded bytes is over the export bound even without its pieces "
+        "(a self-contained payload?); it is sent alone and a collector may refuse it",
+        size,
+    )
 
 
 def run_bounded(fn: Callable[[], Any], seconds: float, *, name: str) -> threading.Thread:
@@ -169,6 +197,9 @@ class RecordingSpanProcessor(BatchSpanProcessor):
         Seconds :meth:`shutdown` waits for queued spans (``TAILCUT_SHUTDOWN_TIMEOUT``, 3).
     rebuild_exporter
         Makes a fresh exporter for a forked child (see :class:`CountingExporter`).
+    max_export_bytes
+        Largest export request in encoded bytes (``TAILCUT_MAX_EXPORT_BYTES``; else 3 MiB for an OTLP
+        gRPC exporter, 16 MiB for an OTLP HTTP one, unbounded for any other exporter).
     """
 
     def __init__(
@@ -180,8 +211,14 @@ class RecordingSpanProcessor(BatchSpanProcessor):
         schedule_delay_millis: float | None = None,
         shutdown_timeout: float | None = None,
         rebuild_exporter: Callable[[], SpanExporter] | None = None,
+        max_export_bytes: int | None = None,
     ) -> None:
         env = environment
+        if max_export_bytes is None:
+            default = default_bound(exporter)
+            if env.get_str(env.TAILCUT_MAX_EXPORT_BYTES) is not None:
+                default = env.get_int(env.TAILCUT_MAX_EXPORT_BYTES, default or 0, minimum=MIN_BOUND) or None
+            max_export_bytes = default
         queue = max_queue_size or env.get_int(
             env.TAILCUT_MAX_QUEUE_SIZE, env.get_int(env.OTEL_BSP_MAX_QUEUE_SIZE, env.DEFAULT_MAX_QUEUE_SIZE)
         )
@@ -195,10 +232,14 @@ class RecordingSpanProcessor(BatchSpanProcessor):
             shutdown_timeout = env.get_float(env.TAILCUT_SHUTDOWN_TIMEOUT, env.DEFAULT_SHUTDOWN_TIMEOUT)
         if queue < 1 or batch < 1 or shutdown_timeout < 0:
             raise ValueError("max_queue_size and max_export_batch_size must be > 0, shutdown_timeout >= 0")
+        if max_export_bytes is not None and max_export_bytes < MIN_BOUND:
+            raise ValueError(f"max_export_bytes must be at least {MIN_BOUND}")
         self.shutdown_timeout = shutdown_timeout
         self._max_queue = queue
         self._reset_accounting()
-        self._counting = CountingExporter(exporter, self._settle, rebuild=rebuild_exporter)
+        self._counting = CountingExporter(
+            exporter, self._settle, rebuild=rebuild_exporter, max_export_bytes=max_export_bytes
+        )
         super().__init__(
             self._counting,
             max_queue_size=queue,

@@ -63,6 +63,16 @@ PAYLOAD_REF: Final = "tailcut.payload.ref"
 #: (see ``tailcut._pieces``).
 REQUEST_PIECED: Final = "tailcut.request.pieced"
 RESPONSE_PIECED: Final = "tailcut.response.pieced"
+#: Carrier spans: when a span is too big for one export request, its pieces travel in children of it named
+#: ``tailcut.pieces`` and marked ``tailcut.carrier`` (see ``tailcut._carriers``). Readers store their pieces
+#: and nothing else: a carrier is never a ``spans`` row and never counts in a trace's signals.
+CARRIER_SPAN_NAME: Final = "tailcut.pieces"
+CARRIER: Final = "tailcut.carrier"
+#: The kind the signals see for a carrier (not one of :data:`KINDS`: no row is ever stored with it).
+CARRIER_KIND: Final = "carrier"
+#: A carrier's pieces too big for one export request, each as ``<sha256 of the piece><its text>``, where
+#: the text is the concatenation of the placeholders of its chunks (carried as ordinary pieces).
+CARRIER_CHUNKED: Final = "tailcut.carrier.chunked"
 #: Set when an offloaded payload could not be stored (store full, unwritable): the span says so.
 PAYLOAD_ERROR: Final = "tailcut.payload.error"
 #: False when content capture was switched off for this kind: request/response hold only hashes and sizes.

@@ -33,6 +33,9 @@ TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
 #: Seconds ``tailcut.shutdown()`` (run at exit) waits for queued spans to be exported; what is still
 #: queued then is counted as lost (default: 3).
 TAILCUT_SHUTDOWN_TIMEOUT: Final = "TAILCUT_SHUTDOWN_TIMEOUT"
+#: Largest OTLP export request, in encoded bytes: batches are split and larger spans carried in pieces
+#: (default: 3 MiB over gRPC, 16 MiB over HTTP, below the OpenTelemetry Collector's receive limits).
+TAILCUT_MAX_EXPORT_BYTES: Final = "TAILCUT_MAX_EXPORT_BYTES"
 
 # Standard OpenTelemetry variables tailcut honours when arguments are absent.
 OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"

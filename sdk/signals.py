@@ -10,7 +10,9 @@ The signals summarise a run for sampling policies and analysis:
 * ``errors``: spans whose status is ERROR, every failed attempt included;
 * ``depth``: the deepest span's distance from its root (a root is 0); ``span_count`` counts every span;
 * an ``llm`` span directly inside another ``llm`` span is a second instrumentation's view of the same
-  model call (:func:`is_nested_call`) and is left out of every count but ``span_count`` and ``depth``.
+  model call (:func:`is_nested_call`) and is left out of every count but ``span_count`` and ``depth``;
+* a carrier (kind :data:`~tailcut.attributes.CARRIER_KIND`: a span that only carries another span's
+  pieces, ``tailcut._carriers``) is no span of the run and counts in nothing.
 
 Three places compute them, all through :class:`SignalCounter`: the SDK folds in each span of its own
 process as it ends (it knows each span's depth when it starts); the collector and the Parquet writers see
@@ -38,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Final, NamedTuple
 
-from tailcut.attributes import trace_signal_attributes
+from tailcut.attributes import CARRIER_KIND, trace_signal_attributes
 
 #: The kind whose nesting marks a duplicate view of one model call.
 NESTED_CALL_KIND: Final = "llm"
@@ -165,12 +167,12 @@ class SignalCounter:
 def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
     """The signals of a whole trace from its spans, in any order.
 
-    Depth follows parent links to a root, an orphan (a parent not in the trace, or the span itself:
-    depth 0 there) or, on corrupt input, a cycle (counted from where it is entered). Any tuple whose
-    first eight fields are those of :class:`SpanSignals` will do, so the collector passes its buffered
-    spans as they are.
+    Carriers are left out. Depth follows parent links to a root, an orphan (a parent not in the trace,
+    or the span itself: depth 0 there) or, on corrupt input, a cycle (counted from where it is entered).
+    Any tuple whose first eight fields are those of :class:`SpanSignals` will do, so the collector
+    passes its buffered spans as they are.
     """
-    spans = spans if isinstance(spans, list | tuple) else list(spans)
+    spans = [span for span in spans if span[2] != CARRIER_KIND]
     by_id = {span[0]: span for span in spans}
     depths: dict[Hashable, int] = {}
     orphans = 0
