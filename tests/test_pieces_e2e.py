@@ -33,10 +33,10 @@ KEEP_ALL = [{"name": "baseline", "type": "probabilistic", "probabilistic": {"sam
 
 
 @contextlib.contextmanager
-def collector(directory: Path) -> Iterator[dict]:
+def collector(directory: Path, **tail_sampling: str) -> Iterator[dict]:
     """``tailcut collect`` running in ``directory`` (its data dir there); stopped with SIGTERM."""
     directory.mkdir()
-    config = write_config(directory, policies=KEEP_ALL)
+    config = write_config(directory, policies=KEEP_ALL, **tail_sampling)
     process = subprocess.Popen(
         [*COLLECT, "--config", str(config)],
         cwd=directory,
@@ -56,7 +56,9 @@ def collector(directory: Path) -> Iterator[dict]:
             process.kill()
 
 
-def run_agent(directory: Path, steps: int, protocol: str, endpoint: str, *extra: str) -> dict:
+def run_agent(
+    directory: Path, steps: int, protocol: str, endpoint: str, *extra: str, env: dict[str, str] | None = None
+) -> dict:
     directory.mkdir()
     result = subprocess.run(
         [sys.executable, str(AGENT), str(steps), protocol, endpoint, *extra],
@@ -64,7 +66,7 @@ def run_agent(directory: Path, steps: int, protocol: str, endpoint: str, *extra:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**python_env(), "PYTHONPATH": str(AGENT.parent.parent)},
+        env={**python_env(), "PYTHONPATH": str(AGENT.parent.parent), **(env or {})},
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
