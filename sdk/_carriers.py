@@ -82,8 +82,12 @@ def _value(value: Any) -> int:
     """The encoded size of an ``AnyValue`` holding ``value`` (its content, without its own prefix)."""
     if isinstance(value, str):
         return _field(utf8_len(value))
-    if isinstance(value, bool | int | float) or value is None:
-        return 11
+    if isinstance(value, bool):
+        return 2
+    if isinstance(value, int):
+        return 1 + _varint(value % (1 << 64))  # int64, two's complement
+    if isinstance(value, float) or value is None:
+        return 9
     if isinstance(value, bytes | bytearray):
         return _field(len(value))
     if isinstance(value, Mapping):
