@@ -222,8 +222,9 @@ def _joins(piece: str, sha: str, lookup: Callable[[str], str]) -> bool:
     return whole.hexdigest() == sha
 
 
-def drop_carriers(table: pa.Table) -> pa.Table:
-    """``spans`` rows without the carriers' (their pieces already taken), the trees renumbered.
+def drop_carriers(table: pa.Table) -> tuple[pa.Table, np.ndarray | None]:
+    """``spans`` rows without the carriers' (their pieces already taken), the trees renumbered, and
+    which rows were kept (None: all of them).
 
     In each trace, ``span_index`` and ``subtree_end`` close the gaps the carriers leave, and a span's
     ``child_count`` no longer counts its carriers: the rows are those the trace would have without them.
@@ -231,7 +232,7 @@ def drop_carriers(table: pa.Table) -> pa.Table:
     attributes = table.column("attributes").combine_chunks()
     marked = pc.equal(attributes.keys, attr.CARRIER).to_numpy(zero_copy_only=False)
     if not marked.any():
-        return table
+        return table, None
     offsets = attributes.offsets.to_numpy()
     offsets = offsets - offsets[0]
     entry_rows = np.repeat(np.arange(len(attributes)), np.diff(offsets))
@@ -255,7 +256,7 @@ def drop_carriers(table: pa.Table) -> pa.Table:
     for name, values in (("span_index", new_index), ("subtree_end", new_end), ("child_count", children)):
         position = table.schema.get_field_index(name)
         table = table.set_column(position, table.schema.field(position), pa.array(values, pa.int32()))
-    return table.filter(pa.array(~carrier))
+    return table.filter(pa.array(~carrier)), ~carrier
 
 
 def piece_days(pieces: pa.Table, spans: pa.Table, span_days: np.ndarray) -> np.ndarray:

@@ -205,11 +205,14 @@ class DataDirWriter:
         spans (``tailcut._carriers``) give their pieces and no ``spans`` row.
         """
         table, pieces = take_pieces(_conform("spans", table))
-        table = drop_carriers(table)
         days = _trace_days(table)
+        pieces_days = piece_days(pieces, table, days) if pieces.num_rows else None
+        table, kept = drop_carriers(table)
+        if kept is not None:
+            days = days[kept]
         self._write("spans", table, days)
-        if pieces.num_rows:
-            self._write("pieces", pieces, piece_days(pieces, table, days))
+        if pieces_days is not None:
+            self._write("pieces", pieces, pieces_days)
 
     def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
         """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers,

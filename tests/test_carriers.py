@@ -319,3 +319,29 @@ def test_collect_forwards_whole_spans_and_no_carriers(tmp_path: Path, server, oa
         stored = dataset.sql("SELECT request::VARCHAR FROM llm_calls ORDER BY seq").to_series().to_list()
         (count,) = dataset.sql("SELECT span_count FROM traces").to_series().to_list()
     assert stored == sent and count == len(forwarded) == 6
+
+
+def test_the_writer_stores_the_carriers_pieces_and_no_row_even_when_they_come_alone(tmp_path: Path):
+    import pyarrow.parquet as pq
+
+    from tailcut._carriers import without_pieces
+    from tailcut.exporters import DataDirWriter
+    from tailcut.exporters._pieces import PieceReader
+    from tailcut.exporters._spans import normalize_sdk
+
+    pieces = [numbered(str(i), "x", 10_000) for i in range(30)]
+    skeleton = "[" + ",".join(placeholder(sha256_hex(p)) for p in pieces) + "]"
+    span, root = make_spans({attr.RESPONSE: skeleton, attr.RESPONSE + ".pieces": pieces})
+    carried = list(carriers(span, 60_000))
+    assert len(carried) > 3
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(normalize_sdk([root, without_pieces(span), *carried[:2]]))
+        writer.write_spans(normalize_sdk(carried[2:]))  # a late request of carriers only
+    rows = pq.read_table(tmp_path / "spans").to_pylist()
+    assert [(r["name"], r["span_index"], r["subtree_end"], r["child_count"]) for r in rows] == [
+        ("root", 0, 1, 1),
+        ("child", 1, 1, 0),
+    ]
+    trace_id = rows[0]["trace_id"]
+    whole = PieceReader(tmp_path).payload(skeleton, trace_id=trace_id, boundary="b", sha256=None)
+    assert whole == "[" + ",".join(pieces) + "]"
