@@ -198,8 +198,9 @@ class RecordingSpanProcessor(BatchSpanProcessor):
     rebuild_exporter
         Makes a fresh exporter for a forked child (see :class:`CountingExporter`).
     max_export_bytes
-        Largest export request in encoded bytes (``TAILCUT_MAX_EXPORT_BYTES``; else 3 MiB for an OTLP
-        gRPC exporter, 16 MiB for an OTLP HTTP one, unbounded for any other exporter).
+        Largest export request in encoded bytes. For an OTLP exporter, ``TAILCUT_MAX_EXPORT_BYTES``, else
+        3 MiB over gRPC and 16 MiB over HTTP; any other exporter (no receive limit) gets each batch
+        whole unless this is given.
     """
 
     def __init__(
@@ -214,11 +215,8 @@ class RecordingSpanProcessor(BatchSpanProcessor):
         max_export_bytes: int | None = None,
     ) -> None:
         env = environment
-        if max_export_bytes is None:
-            default = default_bound(exporter)
-            if env.get_str(env.TAILCUT_MAX_EXPORT_BYTES) is not None:
-                default = env.get_int(env.TAILCUT_MAX_EXPORT_BYTES, default or 0, minimum=MIN_BOUND) or None
-            max_export_bytes = default
+        if max_export_bytes is None and (default := default_bound(exporter)) is not None:
+            max_export_bytes = env.get_int(env.TAILCUT_MAX_EXPORT_BYTES, default, minimum=MIN_BOUND)
         queue = max_queue_size or env.get_int(
             env.TAILCUT_MAX_QUEUE_SIZE, env.get_int(env.OTEL_BSP_MAX_QUEUE_SIZE, env.DEFAULT_MAX_QUEUE_SIZE)
         )

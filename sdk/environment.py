@@ -34,7 +34,8 @@ TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
 #: queued then is counted as lost (default: 3).
 TAILCUT_SHUTDOWN_TIMEOUT: Final = "TAILCUT_SHUTDOWN_TIMEOUT"
 #: Largest OTLP export request, in encoded bytes: batches are split and larger spans carried in pieces
-#: (default: 3 MiB over gRPC, 16 MiB over HTTP, below the OpenTelemetry Collector's receive limits).
+#: (default: 3 MiB over gRPC, 16 MiB over HTTP, below the OpenTelemetry Collector's receive limits;
+#: at least 4096).
 TAILCUT_MAX_EXPORT_BYTES: Final = "TAILCUT_MAX_EXPORT_BYTES"
 
 # Standard OpenTelemetry variables tailcut honours when arguments are absent.
