@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from tailcut import _config
 from tailcut.errors import TailcutError
 from tailcut.exporters._payloads import copy_payloads, data_dir_store
+from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
 from tailcut.exporters._spans import normalize_sdk
 from tailcut.exporters._writer import DEFAULT_ROLL_BYTES, DEFAULT_ROLL_SECONDS, DataDirWriter
@@ -198,7 +199,10 @@ class ParquetSpanExporter(SpanExporter):
                     if with_traces_rows:
                         self._writer.write_traces(
                             trace_rows(
-                                table, kept=True, decision_reason="embedded", inclusion_probability=1.0
+                                drop_carriers(table)[0],  # carriers count in nothing
+                                kept=True,
+                                decision_reason="embedded",
+                                inclusion_probability=1.0,
                             )
                         )
                 except TailcutError:

@@ -28,6 +28,7 @@ from tailcut.exporters._errors import BadOtlpInput
 from tailcut.exporters._normalize import normalize
 from tailcut.exporters._otlp_json import json_records
 from tailcut.exporters._payloads import copy_payloads, data_dir_store
+from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
 from tailcut.exporters._wire import decode_resource_spans
 from tailcut.exporters._writer import DataDirWriter
@@ -187,11 +188,12 @@ def ingest(
                 continue
             table = normalize(batch)
             report.payloads_missing += copy_payloads(table, payload_stores, target)
-            rows = trace_rows(table, kept=True, decision_reason="ingested", inclusion_probability=1.0)
+            spans, _ = drop_carriers(table)  # carriers give their pieces, never a row or a count
+            rows = trace_rows(spans, kept=True, decision_reason="ingested", inclusion_probability=1.0)
             writer.write_spans(table)
             writer.write_traces(rows)
             report.files += 1
-            report.spans += table.num_rows
+            report.spans += spans.num_rows
             report.traces += len(rows)
             if progress is not None:
                 progress(os.path.getsize(path))

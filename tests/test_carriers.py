@@ -30,6 +30,7 @@ from tailcut._carriers import (
     cut,
     export_bounded,
     span_bytes,
+    without_pieces,
 )
 from tailcut._pieces import TOKEN_START, expand, placeholder
 from tailcut._processor import RecordingSpanProcessor
@@ -325,7 +326,6 @@ def test_collect_forwards_whole_spans_and_no_carriers(tmp_path: Path, server, oa
 def test_the_writer_stores_the_carriers_pieces_and_no_row_even_when_they_come_alone(tmp_path: Path):
     import pyarrow.parquet as pq
 
-    from tailcut._carriers import without_pieces
     from tailcut.exporters import DataDirWriter
     from tailcut.exporters._pieces import PieceReader
     from tailcut.exporters._spans import normalize_sdk
@@ -346,3 +346,34 @@ def test_the_writer_stores_the_carriers_pieces_and_no_row_even_when_they_come_al
     trace_id = rows[0]["trace_id"]
     whole = PieceReader(tmp_path).payload(skeleton, trace_id=trace_id, boundary="b", sha256=None)
     assert whole == "[" + ",".join(pieces) + "]"
+
+
+def test_an_embedded_exporter_and_ingest_absorb_carriers_too(tmp_path: Path):
+    from tailcut.analysis import Dataset
+    from tailcut.exporters import ParquetSpanExporter, ingest
+
+    pieces = [canonical_json(numbered(str(i), "x", 10_000)) for i in range(30)]  # a JSON list
+    skeleton = "[" + ",".join(placeholder(sha256_hex(p)) for p in pieces) + "]"
+    written = Recording()
+    exporter = ParquetSpanExporter(tmp_path / "embedded", root_grace=0)
+    processor = RecordingSpanProcessor(exporter, max_export_bytes=60_000, schedule_delay_millis=10)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(written))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("root"), tracer.start_as_current_span("child") as span:
+        span.set_attributes({attr.RESPONSE: skeleton, attr.RESPONSE + ".pieces": pieces})
+        span.set_attribute(attr.RESPONSE_PIECED, True)
+        span.set_attribute(attr.KIND, "tool")
+    provider.shutdown()
+    child, root = [s for call in written.calls for s in call]
+    sent = list(carriers(child, 60_000))
+    request = encode_spans([root, without_pieces(child), *sent]).SerializeToString()
+    (tmp_path / "spans.pb").write_bytes(request)
+    report = ingest([tmp_path / "spans.pb"], tmp_path / "ingested")
+    assert report.spans == 2
+    for data in (tmp_path / "embedded", tmp_path / "ingested"):
+        with Dataset(data) as dataset:
+            assert dataset.sql("SELECT span_count FROM traces").rows() == [(2,)]
+            (response,) = dataset.sql("SELECT response::VARCHAR FROM spans WHERE kind = 'tool'").rows()[0]
+        assert response == "[" + ",".join(pieces) + "]"
