@@ -259,7 +259,8 @@ def export_bounded(
     """
     exported = failed = 0
     batch: list[ReadableSpan] = []
-    groups: set[tuple[int, int]] = set()
+    groups: set[tuple[int, int]] = set()  # the resource and scope groups of the batch
+    group_cost: dict[tuple[int, int], int] = {}
     used = 0
 
     def flush() -> None:
@@ -274,18 +275,20 @@ def export_bounded(
         used = 0
 
     for span in spans:
+        group = _group_key(span)
+        group_size = group_cost.get(group)
+        if group_size is None:
+            group_size = group_cost[group] = group_bytes(span)
         size = span_bytes(span)
-        if size + group_bytes(span) > bound and has_pieces(span):
+        if size + group_size > bound and has_pieces(span):
             if not all(send([carrier]) == SpanExportResult.SUCCESS for carrier in carriers(span, bound)):
                 failed += 1
                 continue
             span = without_pieces(span)
             size = span_bytes(span)
-        group = _group_key(span)
-        cost = size + (0 if group in groups else group_bytes(span))
-        if batch and used + cost > bound:
+        if batch and used + size + (0 if group in groups else group_size) > bound:
             flush()
-            cost = size + group_bytes(span)
+        cost = size + (0 if group in groups else group_size)
         if cost > bound:
             oversize(size)
         batch.append(span)
