@@ -19,6 +19,7 @@ and the hash, never a shorter request.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import os
 import re
@@ -156,13 +157,13 @@ class PieceReader:
 
         verified: set[str] = set()
 
-        def lookup(sha: str) -> str:
+        def lookup(sha: str, *, chunked: bool = True) -> str:
             piece = pieces.get(sha)
             if piece is None:
-                piece = self._stored(sha, where)
-            elif sha not in verified:
-                if hashlib.sha256(piece.encode("utf-8")).hexdigest() != sha and not _joins(
-                    piece, sha, lookup
+                return self._stored(sha, where)
+            if sha not in verified:
+                if hashlib.sha256(piece.encode("utf-8")).hexdigest() != sha and not (
+                    chunked and _joins(piece, sha, functools.partial(lookup, chunked=False))
                 ):
                     raise PieceError(f"{where}: piece sha256:{sha} is damaged (does not match its hash)")
                 verified.add(sha)
@@ -211,14 +212,15 @@ class PieceReader:
             return pieces
 
 
-def _joins(piece: str, sha: str, lookup: Callable[[str], str]) -> bool:
+def _joins(piece: str, sha: str, intact: Callable[[str], str]) -> bool:
     """Whether ``piece`` is the chunked form of the piece ``sha``: placeholders of chunks whose texts
-    (each verified by ``lookup``) join into a text with that hash."""
+    (each checked against its own hash by ``intact``: chunks are never chunked) join into a text with
+    that hash."""
     if not _CHUNKS.fullmatch(piece):
         return False
     whole = hashlib.sha256()
     for chunk in _CHUNK_SHA.findall(piece):
-        whole.update(lookup(chunk).encode("utf-8"))
+        whole.update(intact(chunk).encode("utf-8"))
     return whole.hexdigest() == sha
 
 

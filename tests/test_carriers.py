@@ -377,3 +377,31 @@ def test_an_embedded_exporter_and_ingest_absorb_carriers_too(tmp_path: Path):
             assert dataset.sql("SELECT span_count FROM traces").rows() == [(2,)]
             (response,) = dataset.sql("SELECT response::VARCHAR FROM spans WHERE kind = 'tool'").rows()[0]
         assert response == "[" + ",".join(pieces) + "]"
+
+
+def test_a_chunked_piece_that_names_itself_or_lies_is_refused(tmp_path: Path):
+    from tailcut.exporters import DataDirWriter
+    from tailcut.exporters._pieces import PieceError, PieceReader
+    from tailcut.exporters._spans import normalize_sdk
+
+    chunk = "a chunk"
+    whole = sha256_hex(chunk + chunk)
+    liar = sha256_hex("something else")
+    forms = [
+        whole + placeholder(sha256_hex(chunk)) * 2,
+        liar + placeholder(sha256_hex(chunk)),
+    ]
+    forms.append(sha256_hex("itself") + placeholder(sha256_hex("itself")))
+    (span, root) = make_spans({attr.RESPONSE + ".pieces": [chunk], attr.CARRIER_CHUNKED: forms})
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(normalize_sdk([root, span]))
+    reader = PieceReader(tmp_path)
+    trace_id = format(root.context.trace_id, "032x")
+
+    def read(sha: str) -> str:
+        return reader.payload(placeholder(sha), trace_id=trace_id, boundary="b", sha256=None)
+
+    assert read(whole) == chunk + chunk
+    for bad in (liar, sha256_hex("itself")):
+        with pytest.raises(PieceError, match=f"piece sha256:{bad} is damaged"):
+            read(bad)
