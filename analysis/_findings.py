@@ -17,6 +17,7 @@ session. Findings of non-default thresholds (``classify --cost-z 4``) are never 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -93,6 +94,7 @@ def write(location: str, table: pa.Table, key: str) -> Path | None:
         pq.write_table(table.replace_schema_metadata(metadata), temporary, compression="zstd")
         os.replace(temporary, target)
     except OSError:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder itself may be what failed
+            temporary.unlink(missing_ok=True)
         return None
     return target

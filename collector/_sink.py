@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +48,9 @@ from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
 from tailcut.exporters._location import is_remote
 from tailcut.exporters._varint import encode_varint
+
+if TYPE_CHECKING:
+    from tailcut.analysis._refresh import FindingsRefresher
 
 _logger = logging.getLogger("tailcut.collector")
 _ATTRIBUTES_TAG = b"\x4a"  # Span.attributes: field 9, length-delimited
@@ -168,6 +171,8 @@ class Sink:
         self.closed_cleanly = False
         #: Where published file names are logged before the files appear (set by the processor).
         self.wal: WriteAheadLog | None = None
+        #: Recomputes ``findings/`` after each publish, on its own thread (local data dirs only).
+        self.findings: FindingsRefresher | None = None
 
     # --- lifecycle (called from the owner's thread) ---------------------------------------------------------
     def start(self) -> None:
@@ -176,6 +181,10 @@ class Sink:
                 self._writer = self._open_writer()
             except TailcutError as exc:
                 raise CollectorError(str(exc)) from None
+            if not is_remote(self.config.parquet.path):
+                from tailcut.analysis._refresh import FindingsRefresher
+
+                self.findings = FindingsRefresher(self.config.parquet.path)
         self.forwarding.start([make_forwarder(forwarder) for forwarder in self.config.forwarders])
         self._thread = threading.Thread(target=self._run, name="tailcut-writer", daemon=True)
         self._thread.start()
@@ -190,6 +199,8 @@ class Sink:
         unfinished = self._thread.is_alive()
         self._thread = None
         self.forwarding.close(timeout)
+        if self.findings is not None:
+            self.findings.close()
         if self.fault is not None:
             kept = "; the write-ahead log keeps what was not written" if self.wal is not None else ""
             raise CollectorError(f"writing failed: {self.fault}{kept}")
@@ -204,6 +215,8 @@ class Sink:
             self._thread.join(5)
             self._thread = None
         self.forwarding.close(5)
+        if self.findings is not None:
+            self.findings.close(0)
 
     # --- from the event loop --------------------------------------------------------------------------------
     def submit_kept(self, item: KeptSpans) -> int:
@@ -348,9 +361,12 @@ class Sink:
             else:
                 self._writer.flush()
         with self._lock:
+            landed = written > self.published_seq
             self.published_seq = max(self.published_seq, written)
             while self._unpublished and self._unpublished[0][0] <= written:
                 self._unpublished.popleft()
+        if landed and self.findings is not None:
+            self.findings.poke()
 
     def _write(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
         main = [item for _, item in kept if not item.late]

@@ -77,6 +77,8 @@ def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: 
             )
         except TailcutError as exc:
             raise click.ClickException(str(exc)) from None
+    if report.files:
+        _refresh_findings(data_dir)
     click.echo(
         f"ingested {report.spans} spans in {report.traces} traces from {report.files} file(s) into {data_dir}"
     )
@@ -84,6 +86,16 @@ def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: 
         click.echo(f"skipped {report.skipped} bad record(s); first: {report.problems[0]}")
     if report.payloads_missing:
         click.echo(f"{report.payloads_missing} offloaded payload(s) were not found in the payload stores")
+
+
+def _refresh_findings(data_dir: str) -> None:
+    """Recompute ``findings/`` for the files just written (a failure only warns: reads refresh it too)."""
+    from tailcut.analysis._refresh import refresh
+
+    try:
+        refresh(data_dir)
+    except TailcutError as exc:
+        click.echo(f"findings/ not refreshed ({exc}); the next read of findings refreshes it", err=True)
 
 
 @click.command("export-corpus")

@@ -101,3 +101,101 @@ def test_tables_and_schema_list_findings_before_any_query(tmp_path):
     dataset = Dataset(data)
     assert "findings" in dataset.tables()
     assert ("category", "VARCHAR") in dataset.schema("findings")
+
+
+def stored_findings(data: Path) -> list[tuple[str, str]]:
+    """``(trace_id, category)`` of ``findings/`` read with pyarrow alone, as another engine would."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(_findings.path(str(data)), columns=["trace_id", "category"])
+    return sorted(zip(table["trace_id"].to_pylist(), table["category"].to_pylist(), strict=True))
+
+
+def test_ingest_refreshes_findings_for_readers_that_are_not_tailcut(tmp_path):
+    data = tmp_path / "data"
+    assert run("ingest", str(FIXTURES / "genai_old.json"), "--data", str(data)).exit_code == 0
+    assert stored_findings(data) == []
+    assert run("ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)).exit_code == 0
+    # no tailcut read in between: the ingest itself brought the file up to date
+    assert [category for _, category in stored_findings(data)] == ["silent_degradation"]
+    assert _findings.stored_key(str(data)) == _findings.source_key(Dataset(data))
+
+
+def test_ingest_succeeds_when_findings_cannot_be_written(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "findings").write_text("a file where the findings folder should be")
+    result = CliRunner().invoke(cli, ["ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)])
+    assert result.exit_code == 0, result.output
+    assert "ingested" in result.output
+    assert Dataset(data).sql("SELECT count(*) AS n FROM findings").item() == 1  # still computed on read
+
+
+def wait_for(condition, timeout: float = 60.0) -> bool:
+    """Poll ``condition`` until it holds (correctness only: no assertion on how long it took)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_running_collector_refreshes_findings_after_each_publish(tmp_path):
+    data = tmp_path / "data"
+    collector = start_collector(tmp_path, policies=KEEP_ERRORS)
+    try:
+        for index in range(4):
+            trace_id = bytes([index + 1]) * 16
+            post(collector.ports.http, export_request(simple_trace(trace_id, error=index < 1)))
+        assert collector.wait_idle(30)
+        collector.sink.request_flush()
+        assert wait_for(lambda: stored_findings_or_none(data) == [("01" * 16, "error")])
+        for index in range(4, 8):
+            trace_id = bytes([index + 1]) * 16
+            post(collector.ports.http, export_request(simple_trace(trace_id, error=index < 6)))
+        assert collector.wait_idle(30)
+        collector.sink.request_flush()
+        expected = [(f"{i:02x}" * 16, "error") for i in (1, 5, 6)]
+        assert wait_for(lambda: stored_findings_or_none(data) == expected)
+        refresher = collector.sink.findings
+        assert refresher is not None and refresher.failures == 0 and refresher.refreshes >= 2
+    finally:
+        collector.stop()
+
+
+def stored_findings_or_none(data: Path) -> list[tuple[str, str]] | None:
+    try:
+        return stored_findings(data)
+    except OSError:
+        return None
+
+
+def test_a_failed_refresh_is_counted_and_logged_never_raised(tmp_path, caplog):
+    from tailcut.analysis._refresh import FindingsRefresher
+
+    refresher = FindingsRefresher(str(tmp_path / "missing"), interval=0)
+    try:
+        refresher.poke()
+        assert refresher.wait_idle(60)
+        assert (refresher.failures, refresher.refreshes) == (1, 0)
+        assert "refreshing the findings of" in caplog.text
+    finally:
+        refresher.close()
+
+
+def test_pokes_while_a_refresh_waits_for_its_interval_make_one_refresh(tmp_path):
+    from tailcut.analysis._refresh import FindingsRefresher
+
+    data = tmp_path / "data"
+    assert run("ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)).exit_code == 0
+    refresher = FindingsRefresher(str(data), interval=3600)
+    refresher.poke()
+    assert wait_for(lambda: refresher.refreshes == 1)
+    for _ in range(20):
+        refresher.poke()  # all wait for the interval, merged into one pending refresh
+    assert not refresher.wait_idle(0.2)
+    refresher.close(timeout=0.2)  # shutting down drops the pending refresh instead of waiting an hour
+    assert (refresher.refreshes, refresher.failures) == (1, 0)
