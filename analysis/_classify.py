@@ -123,7 +123,7 @@ LAYERS: Final = attr.HARNESS_LAYERS
 #: How much each kind of signal is worth when a category has more than one (schema_drift).
 _DRIFT_BOTH: Final = 0.9
 #: The tables a classification builds on its way (see :mod:`._candidates`), dropped once it is done.
-_SCRATCH_TABLES: Final = ("_reference", "_scores", "_candidates", "_rows")
+_SCRATCH_TABLES: Final = ("_reference", "_scores", "_candidates", "_rows", "_roles")
 
 
 @dataclass(frozen=True)
@@ -335,6 +335,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     parameters["suspect_keys"] = book.suspect_keys()
     trusted = repeats_trusted(dataset, trust_trace_signals=limits.trust_trace_signals)
     read_candidates(dataset, facts, parameters, repeats_trusted=trusted)
+    connection.execute(f"CREATE OR REPLACE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
     if others := third_party_lists(dataset):
         book = load_schema_book([*lists, *others], enforced)
     tables = [

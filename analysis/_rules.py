@@ -52,7 +52,7 @@ def _layer_of_kind(kind: str) -> str:
     )
 
 
-#: A span's columns as a finding reports them (``s`` is the span's alias).
+#: A span's columns as a finding reports them (``s`` is the span, or a struct of its columns).
 _SPAN: Final = "s.span_id, s.name AS span_name, s.kind AS span_kind, s.boundary, s.occurrence, s.seq"
 
 
@@ -216,42 +216,114 @@ SELECT e.trace_id, 'schema_drift' AS category, {_SPAN}, 'tool_schema' AS layer,
 FROM emitters e JOIN _rows s ON s.trace_id = e.trace_id AND s.span_id = coalesce(e.llm_span, e.tool_span)
 """
 
+# ---------------------------------------------------------------------------------------------- the roles
+
+#: The columns a finding reports of the span it points at, as a struct.
+AT_FIELDS: Final = ("span_id", "name", "kind", "boundary", "occurrence", "seq")
+
+
+def at(struct: str) -> str:
+    """The span columns (:data:`AT_FIELDS`) of a role's struct, as a struct; NULL when the role is."""
+    fields = ", ".join(f"'{name}': {struct}.{name}" for name in AT_FIELDS)
+    return f"CASE WHEN {struct} IS NOT NULL THEN {{{fields}}} END"
+
+
+ROLES_SQL: Final = """
+WITH r AS (
+    SELECT r.*, c.repeats, c.deep,
+           {'span_id': span_id, 'name': name, 'kind': kind, 'boundary': boundary, 'occurrence': occurrence,
+            'seq': seq} AS spot
+    FROM _rows r JOIN _candidates c ON hash(r.trace_id) = c.trace
+),
+groups AS (
+    SELECT trace_id, coalesce(tool_name, boundary, name) AS tool, request_sha256, count(*) AS n,
+           arg_min(spot, (start_time, span_index)) AS first_at, min(start_time) AS first_start
+    FROM r
+    WHERE kind = 'tool' AND coalesce(attempt, 1) = 1 AND request_sha256 IS NOT NULL AND repeats
+    GROUP BY ALL HAVING count(*) >= 2
+),
+repeats AS (
+    SELECT trace_id,
+           arg_max(struct_insert(first_at, tool := tool, n := n), (n, -epoch_ns(first_start))) AS repeat
+    FROM groups GROUP BY trace_id
+),
+records AS (
+    SELECT trace_id,
+           list(struct_insert(spot, input_tokens := input_tokens, output_tokens := output_tokens)
+                ORDER BY start_time, seq) AS heavy
+    FROM (
+        SELECT *, max(input_tokens + output_tokens) OVER (
+                      PARTITION BY trace_id ORDER BY start_time, seq
+                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+        FROM r WHERE kind = 'llm' AND input_tokens + output_tokens IS NOT NULL
+    )
+    WHERE before IS NULL OR input_tokens + output_tokens > before
+    GROUP BY trace_id
+),
+per_trace AS (
+    SELECT trace_id,
+           count(*) FILTER (WHERE parent_span_id IS NULL)::INTEGER AS roots,
+           arg_min(struct_insert(spot, status_code := status_code, is_orphan := is_orphan,
+                                 outcome := root_outcome, score := root_score,
+                                 output_empty := trim(coalesce(run_output, 'x')) IN ('""', '', 'null')),
+                   span_index) FILTER (WHERE parent_span_id IS NULL) AS root,
+           arg_max(struct_insert(spot, finish := finish_reason, tokens := output_tokens),
+                   (end_time, coalesce(seq, 0))) FILTER (WHERE kind = 'llm') AS final,
+           arg_min(struct_insert(spot, problem := CASE WHEN status_code = 'ERROR' THEN 'failed'
+                                                     ELSE 'returned nothing' END),
+                   (start_time, coalesce(seq, 0)))
+               FILTER (WHERE (kind = 'memory' AND status_code = 'ERROR')
+                          OR (kind = 'retriever' AND (status_code = 'ERROR' OR empty_result))) AS implicated,
+           arg_min(struct_insert(spot, depth := depth), (span_index, start_time))
+               FILTER (WHERE list_contains(deep, depth)) AS deepest
+    FROM r GROUP BY trace_id
+)
+SELECT p.trace_id, p.roots, p.root, p.final, p.implicated, p.deepest, rp.repeat, rc.heavy
+FROM per_trace p LEFT JOIN repeats rp USING (trace_id) LEFT JOIN records rc USING (trace_id)
+"""
+"""Per trace of ``_rows``, the spans ``tool_loop``, ``cost_blowup`` and ``silent_degradation`` may point at
+(its **roles**), each a struct of the span's finding columns plus what the rule judges it by:
+
+* ``root``: its parentless span (the first by ``span_index``; ``roots`` counts them), with its status,
+  outcome, score and whether its output is empty;
+* ``final``: the ``llm`` span that produced the final answer (the last to end), its finish reason and
+  output tokens;
+* ``implicated``: the earliest memory span that failed or retriever that failed or found nothing;
+* ``deepest``: the first span at the depth ``_candidates.deep`` names;
+* ``repeat``: the first call of the most repeated first-attempt (tool, request hash), with its count, when
+  it was made at least twice (by the traces whose ``_candidates.repeats`` is set);
+* ``heavy``: the ``llm`` spans, in start order, whose tokens exceed those of every earlier one (the
+  earliest span over any token threshold is one of them).
+
+The classifier computes them from the suspects' ``_rows``, or reads them from ``trace_features``, where the
+writers stored them when the trace's spans were written (:mod:`._features`); the judgements below read
+only ``_roles``.
+"""
+
 # --------------------------------------------------------------------------------------------- tool loop
 
 LOOP_SQL: Final = f"""
-WITH groups AS (
-    SELECT trace_id, coalesce(tool_name, boundary, name) AS tool, request_sha256, count(*) AS n,
-           arg_min(span_id, (start_time, span_index)) AS first_span, min(start_time) AS first_start
-    FROM _rows
-    WHERE kind = 'tool' AND coalesce(attempt, 1) = 1 AND request_sha256 IS NOT NULL
-      AND hash(trace_id) IN (SELECT trace FROM _candidates WHERE repeats)
-    GROUP BY ALL HAVING count(*) >= $loop_min_repeats
-),
-repeated AS (
-    SELECT trace_id, arg_max({{'span': first_span, 'tool': tool, 'n': n}}, (n, -epoch_ns(first_start))) AS top
-    FROM groups GROUP BY trace_id
-),
-structure AS (
-    SELECT trace_id, max_depth, span_count, source, ref_n, z_depth, z_spans, med_depth, med_spans FROM _scores
+WITH repeated AS (
+    SELECT trace_id, repeat AS top FROM _roles WHERE repeat.n >= $loop_min_repeats
 ),
 deep AS (
-    SELECT st.*, (SELECT arg_min(x.span_id, (x.span_index, x.start_time)) FROM _rows x
-                  WHERE x.trace_id = st.trace_id AND x.depth = st.max_depth) AS deepest
-    FROM structure st WHERE st.z_depth >= $structure_z OR st.z_spans >= $structure_z
+    SELECT st.trace_id, st.max_depth, st.span_count, st.source, st.ref_n, st.z_depth, st.z_spans,
+           st.med_depth, st.med_spans,
+           CASE WHEN ro.deepest.depth = st.max_depth THEN {at("ro.deepest")} END AS deepest
+    FROM _scores st LEFT JOIN _roles ro USING (trace_id)
+    WHERE st.z_depth >= $structure_z OR st.z_spans >= $structure_z
 ),
 flagged AS (
     SELECT coalesce(rp.trace_id, d.trace_id) AS trace_id,
-           rp.top.span AS repeat_span, rp.top.tool AS tool, rp.top.n AS n,
+           {at("rp.top")} AS repeat_span, rp.top.tool AS tool, rp.top.n AS n,
            d.deepest, d.z_depth, d.z_spans, d.max_depth, d.span_count, d.med_depth, d.med_spans,
            d.source, d.ref_n
     FROM repeated rp FULL OUTER JOIN deep d USING (trace_id)
 ),
 located AS (
-    SELECT f.*, coalesce(f.repeat_span,
-                         CASE WHEN f.z_depth >= $structure_z THEN f.deepest END,
-                         (SELECT r.span_id FROM _rows r
-                          WHERE r.trace_id = f.trace_id AND r.parent_span_id IS NULL LIMIT 1)) AS at_span
-    FROM flagged f
+    SELECT f.*, coalesce(f.repeat_span, CASE WHEN f.z_depth >= $structure_z THEN f.deepest END,
+                         {at("ro.root")}) AS s
+    FROM flagged f LEFT JOIN _roles ro USING (trace_id)
 )
 SELECT l.trace_id, 'tool_loop' AS category, {_SPAN}, 'workflow' AS layer,
        concat_ws('; ',
@@ -265,10 +337,15 @@ SELECT l.trace_id, 'tool_loop' AS category, {_SPAN}, 'workflow' AS layer,
                     CASE WHEN l.z_depth >= $structure_z THEN 'depth' END,
                     CASE WHEN l.z_spans >= $structure_z THEN 'span count' END],
                    lambda x: x IS NOT NULL) AS signals
-FROM located l JOIN _rows s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
+FROM located l WHERE l.s IS NOT NULL
 """
 
 # ------------------------------------------------------------------------------------------- cost blowup
+
+_Z_CALL: Final = (
+    "(h.span.input_tokens + h.span.output_tokens - f.med_call) / greatest(1.4826 * f.mad_call, "
+    "(f.q90_call - f.med_call) / 1.2816, $min_relative_scale * abs(f.med_call), 1.0)"
+)
 
 COST_SQL: Final = f"""
 WITH flagged AS (
@@ -278,24 +355,19 @@ WITH flagged AS (
     WHERE z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
 ),
 heavy AS (
-    SELECT f.trace_id, s.span_id, s.input_tokens, s.output_tokens, f.med_call_in, f.med_call_out,
-           (s.input_tokens + s.output_tokens - f.med_call)
-             / greatest(1.4826 * f.mad_call, (f.q90_call - f.med_call) / 1.2816,
-                        $min_relative_scale * abs(f.med_call), 1.0) AS z_call
-    FROM flagged f JOIN _rows s USING (trace_id)
-    WHERE s.kind = 'llm' AND f.med_call IS NOT NULL
-      AND (s.input_tokens + s.output_tokens - f.med_call)
-          / greatest(1.4826 * f.mad_call, (f.q90_call - f.med_call) / 1.2816,
-                     $min_relative_scale * abs(f.med_call), 1.0) >= $cost_z
-    QUALIFY row_number() OVER (PARTITION BY f.trace_id ORDER BY s.start_time, s.seq) = 1
+    SELECT f.trace_id, h.span, f.med_call_in, f.med_call_out, {_Z_CALL} AS z_call
+    FROM flagged f
+    JOIN (SELECT trace_id, unnest(heavy) AS span, generate_subscripts(heavy, 1) AS position FROM _roles) h
+        USING (trace_id)
+    WHERE f.med_call IS NOT NULL AND {_Z_CALL} >= $cost_z
+    QUALIFY row_number() OVER (PARTITION BY f.trace_id ORDER BY h.position) = 1
 ),
 located AS (
-    SELECT f.*, h.span_id AS heavy_span, h.z_call,
-           coalesce(h.output_tokens - h.med_call_out > h.input_tokens - h.med_call_in, false) AS output_heavy,
-           coalesce(h.span_id, (SELECT r.span_id FROM _rows r
-                                WHERE r.trace_id = f.trace_id AND r.parent_span_id IS NULL
-                                LIMIT 1)) AS at_span
-    FROM flagged f LEFT JOIN heavy h USING (trace_id)
+    SELECT f.*, h.span AS heavy_span, h.z_call,
+           coalesce(h.span.output_tokens - h.med_call_out > h.span.input_tokens - h.med_call_in, false)
+               AS output_heavy,
+           coalesce({at("h.span")}, {at("ro.root")}) AS s
+    FROM flagged f LEFT JOIN heavy h USING (trace_id) LEFT JOIN _roles ro USING (trace_id)
 )
 SELECT l.trace_id, 'cost_blowup' AS category, {_SPAN},
        CASE WHEN l.output_heavy THEN 'model' ELSE 'workflow' END AS layer,
@@ -316,56 +388,35 @@ SELECT l.trace_id, 'cost_blowup' AS category, {_SPAN},
                     CASE WHEN l.z_calls >= $cost_z THEN 'llm calls' END,
                     CASE WHEN l.z_duration >= $duration_z THEN 'duration' END],
                    lambda x: x IS NOT NULL) AS signals
-FROM located l JOIN _rows s ON s.trace_id = l.trace_id AND s.span_id = l.at_span
+FROM located l WHERE l.s IS NOT NULL
 """
 
 # ------------------------------------------------------------------------------------ silent degradation
 
 SILENT_SQL: Final = f"""
-WITH roots AS (
-    SELECT trace_id, span_id, status_code, run_output AS output, root_outcome, root_score
-    FROM _rows WHERE parent_span_id IS NULL AND NOT is_orphan
-),
-finals AS (
-    SELECT trace_id,
-           arg_max({{'span': span_id, 'finish': finish_reason, 'tokens': output_tokens}},
-                   (end_time, coalesce(seq, 0))) AS final
-    FROM _rows WHERE kind = 'llm' GROUP BY trace_id
-),
-judged AS (
-    SELECT r.trace_id, r.span_id AS root_span, f.final.span AS final_span,
-           coalesce(t.outcome, r.root_outcome) AS outcome,
-           coalesce(t.outcome_score, r.root_score) AS score,
-           f.final.finish AS finish_reason,
-           list_contains($degraded_finish_reasons, f.final.finish) AS cut_off,
-           trim(coalesce(r.output, 'x')) IN ('""', '', 'null') OR f.final.tokens = 0 AS empty_answer
-    FROM roots r
+WITH judged AS (
+    SELECT ro.trace_id, ro.root, ro.final, ro.implicated,
+           coalesce(t.outcome, ro.root.outcome) AS outcome,
+           coalesce(t.outcome_score, ro.root.score) AS score,
+           ro.final.finish AS finish_reason,
+           list_contains($degraded_finish_reasons, ro.final.finish) AS cut_off,
+           ro.root.output_empty OR ro.final.tokens = 0 AS empty_answer
+    FROM _roles ro
     LEFT JOIN traces t USING (trace_id)
-    LEFT JOIN finals f USING (trace_id)
-    WHERE r.status_code <> 'ERROR'
+    WHERE ro.root IS NOT NULL AND NOT coalesce(ro.root.is_orphan, false) AND ro.root.status_code <> 'ERROR'
 ),
 flagged AS (
     SELECT *, outcome = 'fail' AS failed_outcome, score < $score_threshold AS low_score
     FROM judged
     WHERE outcome = 'fail' OR score < $score_threshold OR cut_off OR empty_answer
 ),
-implicated AS (
-    SELECT trace_id,
-           arg_min({{'span': span_id, 'kind': kind,
-                     'problem': CASE WHEN status_code = 'ERROR' THEN 'failed' ELSE 'returned nothing' END}},
-                   (start_time, coalesce(seq, 0))) AS memory
-    FROM _rows
-    WHERE trace_id IN (SELECT trace_id FROM flagged)
-      AND ((kind = 'memory' AND status_code = 'ERROR')
-           OR (kind = 'retriever' AND (status_code = 'ERROR' OR empty_result)))
-    GROUP BY trace_id
-),
 located AS (
-    SELECT f.*, m.memory.span AS memory_span, m.memory.kind AS memory_kind, m.memory.problem AS memory_problem
-    FROM flagged f LEFT JOIN implicated m USING (trace_id)
+    SELECT f.*, f.implicated.kind AS memory_kind, f.implicated.problem AS memory_problem,
+           coalesce({at("f.implicated")}, {at("f.final")}, {at("f.root")}) AS s
+    FROM flagged f
 )
 SELECT f.trace_id, 'silent_degradation' AS category, {_SPAN},
-       CASE WHEN f.memory_span IS NOT NULL THEN 'memory'
+       CASE WHEN f.implicated IS NOT NULL THEN 'memory'
             WHEN coalesce(f.cut_off, false) OR coalesce(f.empty_answer, false) THEN 'model'
             ELSE 'prompt' END AS layer,
        'the run completed but ' || concat_ws(', ',
@@ -374,7 +425,7 @@ SELECT f.trace_id, 'silent_degradation' AS category, {_SPAN},
                 || $score_threshold END,
            CASE WHEN coalesce(f.cut_off, false) THEN 'the final answer stopped with ' || f.finish_reason END,
            CASE WHEN coalesce(f.empty_answer, false) THEN 'the answer is empty' END)
-         || CASE WHEN f.memory_span IS NOT NULL
+         || CASE WHEN f.implicated IS NOT NULL
                  THEN '; a ' || f.memory_kind || ' ' || f.memory_problem ELSE '' END AS evidence,
        CASE WHEN coalesce(f.failed_outcome, false) THEN 0.9
             WHEN coalesce(f.cut_off, false) OR coalesce(f.empty_answer, false) THEN 0.8
@@ -384,6 +435,5 @@ SELECT f.trace_id, 'silent_degradation' AS category, {_SPAN},
                     CASE WHEN f.cut_off THEN 'finish reason' END,
                     CASE WHEN f.empty_answer THEN 'empty answer' END],
                    lambda x: x IS NOT NULL) AS signals
-FROM located f
-JOIN _rows s ON s.trace_id = f.trace_id AND s.span_id = coalesce(f.memory_span, f.final_span, f.root_span)
+FROM located f WHERE f.s IS NOT NULL
 """
