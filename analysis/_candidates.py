@@ -115,7 +115,7 @@ _SUSPECTS: Final = {
 }
 
 #: The tools a third-party ``llm`` span's request listed (such spans carry no hash of them).
-_REQUEST_TOOLS: Final = (
+REQUEST_TOOLS: Final = (
     f"CASE WHEN kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL "
     "THEN json_extract(request, '$.tools')::VARCHAR END"
 )
@@ -223,5 +223,5 @@ def read_candidates(
         facet == "list" and key is None
         for facet, key in zip(facts["facet"].to_pylist(), facts["key"].to_pylist(), strict=True)
     )
-    rows = ROWS_SQL.replace("{request_tools}", _REQUEST_TOOLS if third_party else "NULL::VARCHAR")
+    rows = ROWS_SQL.replace("{request_tools}", REQUEST_TOOLS if third_party else "NULL::VARCHAR")
     dataset.connection.execute(rows, named_parameters(rows, parameters))

@@ -94,13 +94,14 @@ why that set is complete and what it costs).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
-from tailcut.analysis import _rules
+from tailcut.analysis import _features, _rules
 from tailcut.analysis._candidates import read_candidates, repeats_trusted, survey
 from tailcut.analysis._toolcalls import (
     CallProblem,
@@ -322,13 +323,49 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
 
 
 def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
-    """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted."""
+    """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted.
+
+    From the features written with the spans when they describe the spans present
+    (:func:`._features.usable`), else from a survey of the spans and the suspects' spans.
+    """
     import pyarrow as pa
 
     parameters = limits.parameters()
     connection = dataset.connection
-    connection.execute(_rules.REFERENCE_SQL, {"min_baseline": limits.min_baseline})
+    stored = _features.usable(dataset, limits)
+    reference = _rules.reference_sql(
+        _rules.LLM_CALLS_FROM_FEATURES if stored else _rules.LLM_CALLS_FROM_SPANS
+    )
+    connection.execute(reference, {"min_baseline": limits.min_baseline})
     connection.execute(_rules.SCORES_SQL, _rules.named_parameters(_rules.SCORES_SQL, parameters))
+    if stored:
+        errors, retries, problems = _features.read(dataset, parameters)
+    else:
+        errors, retries, problems = _from_spans(dataset, limits, parameters)
+    tables = [
+        errors,
+        *(_run(dataset, q, parameters) for q in (_rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)),
+    ]
+    rows = _problem_rows(problems, "schema_violation", "arguments break the schema sent")
+    rows += _merge_drift(
+        _problem_rows(problems, "schema_drift", "arguments follow another schema version"), retries
+    )
+    tables.append(pa.Table.from_pylist(rows, schema=findings_schema()))
+    table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
+    for name in _SCRATCH_TABLES:
+        connection.execute(f"DROP TABLE IF EXISTS {name}")
+    connection.execute(f"DROP VIEW IF EXISTS {_features.VIEW}")
+    with contextlib.suppress(Exception):  # registered only on the spans' path
+        connection.unregister("_survey")
+    return table
+
+
+def _from_spans(
+    dataset: Dataset, limits: Thresholds, parameters: dict[str, Any]
+) -> tuple[pa.Table, list[dict[str, Any]], list[CallProblem]]:
+    """Fill ``_roles`` from the suspects' spans (the survey, then ``_rows``); return the ``error`` findings,
+    the ``schema_drift`` findings of identical retries (as rows) and the tool-call problems."""
+    connection = dataset.connection
     facts = survey(dataset, parameters)
     lists, enforced = representative_lists(dataset, facts), enforced_schemas(facts)
     book = load_schema_book(lists, enforced)
@@ -336,21 +373,8 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     trusted = repeats_trusted(dataset, trust_trace_signals=limits.trust_trace_signals)
     read_candidates(dataset, facts, parameters, repeats_trusted=trusted)
     connection.execute(f"CREATE OR REPLACE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
-    if others := third_party_lists(dataset):
+    if others := third_party_lists(connection):
         book = load_schema_book([*lists, *others], enforced)
-    tables = [
-        _run(dataset, q, parameters)
-        for q in (_rules.ERROR_SQL, _rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)
-    ]
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
-    rows = _problem_rows(problems, "schema_violation", "arguments break the schema sent")
-    rows += _merge_drift(
-        _problem_rows(problems, "schema_drift", "arguments follow another schema version"),
-        _run(dataset, _rules.RETRIES_SQL, parameters).to_pylist(),
-    )
-    tables.append(pa.Table.from_pylist(rows, schema=findings_schema()))
-    table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
-    for name in _SCRATCH_TABLES:
-        connection.execute(f"DROP TABLE IF EXISTS {name}")
-    connection.unregister("_survey")
-    return table
+    retries = _run(dataset, _rules.RETRIES_SQL, parameters).to_pylist()
+    return _run(dataset, _rules.ERROR_SQL, parameters), retries, problems

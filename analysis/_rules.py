@@ -89,8 +89,7 @@ per_call AS (
            median(s.input_tokens + s.output_tokens) AS med_call,
            mad(s.input_tokens + s.output_tokens) AS mad_call,
            quantile_cont(s.input_tokens + s.output_tokens, 0.9) AS q90_call
-    FROM spans s JOIN chosen c USING (trace_id)
-    WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL
+    FROM {{llm_calls}} s JOIN chosen c USING (trace_id)
     GROUP BY c.agent
 )
 SELECT agent, any_value(source) AS source, count(*) AS n,
@@ -110,6 +109,25 @@ SELECT agent, any_value(source) AS source, count(*) AS n,
 FROM chosen LEFT JOIN per_call p USING (agent)
 GROUP BY agent
 """
+
+"""The reference's statistics; ``{llm_calls}`` is a relation of ``(trace_id, input_tokens, output_tokens)``,
+one row per ``llm`` span with input tokens (:func:`reference_sql`)."""
+
+#: The ``llm`` spans' tokens, from the spans or from the features written with them.
+LLM_CALLS_FROM_SPANS: Final = (
+    "(SELECT trace_id, input_tokens, output_tokens FROM spans "
+    "WHERE kind = 'llm' AND input_tokens IS NOT NULL)"
+)
+LLM_CALLS_FROM_FEATURES: Final = (
+    "(SELECT trace_id, unnest(llm_input_tokens) AS input_tokens, unnest(llm_output_tokens) AS output_tokens "
+    "FROM _features)"
+)
+
+
+def reference_sql(llm_calls: str) -> str:
+    """:data:`REFERENCE_SQL` over the per-call tokens of ``llm_calls`` (one of the ``LLM_CALLS_*``)."""
+    return REFERENCE_SQL.replace("{llm_calls}", llm_calls)
+
 
 SCORES_SQL: Final = f"""
 CREATE OR REPLACE TEMP TABLE _scores AS

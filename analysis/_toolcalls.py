@@ -38,6 +38,7 @@ from tailcut import attributes as attr
 from tailcut.canonical import canonical_json, sha256_hex
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
     from tailcut.analysis._dataset import Dataset
@@ -260,9 +261,9 @@ def representative_lists(dataset: Dataset, survey: pa.Table) -> list[tuple[str, 
     return [(first, key, tools) for key, tools, first in found]
 
 
-def third_party_lists(dataset: Dataset) -> list[tuple[str, str, str | None]]:
+def third_party_lists(connection: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str | None]]:
     """``(first span, list key, tools JSON)`` of the tool lists in spans other instrumentations wrote."""
-    found = dataset.connection.execute(THIRD_PARTY_LISTS_SQL).fetchall()
+    found = connection.execute(THIRD_PARTY_LISTS_SQL).fetchall()
     return [(first, key, tools) for key, tools, first in found]
 
 
@@ -308,19 +309,24 @@ def load_schema_book(
     return book
 
 
+def calls(connection: duckdb.DuckDBPyConnection, parameters: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The tool calls of :data:`CALLS_SQL` over ``_rows`` (``trust_recorded_counts``, ``suspect_keys``)."""
+    cursor = connection.execute(
+        CALLS_SQL, {k: parameters[k] for k in ("trust_recorded_counts", "suspect_keys")}
+    )
+    columns = [d[0] for d in cursor.description]
+    while batch := cursor.fetchmany(4096):
+        for values in batch:
+            yield dict(zip(columns, values, strict=True))
+
+
 def check_calls(dataset: Dataset, book: SchemaBook, *, trust_recorded_counts: bool) -> list[CallProblem]:
     """The schema violations and argument-level schema drifts of every tool call that needs checking."""
     parameters = {"trust_recorded_counts": trust_recorded_counts, "suspect_keys": book.suspect_keys()}
-    cursor = dataset.connection.execute(CALLS_SQL, parameters)
-    columns = [d[0] for d in cursor.description]
-    problems: list[CallProblem] = []
-    while batch := cursor.fetchmany(4096):
-        for values in batch:
-            problems.extend(_check(book, dict(zip(columns, values, strict=True))))
-    return problems
+    return [problem for call in calls(dataset.connection, parameters) for problem in check(book, call)]
 
 
-def _check(book: SchemaBook, call: Mapping[str, Any]) -> Iterator[CallProblem]:
+def check(book: SchemaBook, call: Mapping[str, Any]) -> Iterator[CallProblem]:
     """The problems of one tool call (see the classifier's rule table)."""
     tool, text = call["tool"], call["arguments"]
     shown_tools = book.shown.get(call["tools_key"] or "", {})

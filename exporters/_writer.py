@@ -56,6 +56,7 @@ _SORT_KEYS: Final = {
     "spans": [("trace_id", "ascending"), ("span_index", "ascending")],
     "traces": [("trace_id", "ascending")],
     "pieces": [("trace_id", "ascending")],
+    "trace_features": [("trace_id", "ascending")],
 }
 
 
@@ -213,6 +214,7 @@ class DataDirWriter:
         self._write("spans", table, days)
         if pieces_days is not None:
             self._write("pieces", pieces, pieces_days)
+        self._write_features(table, pieces)
 
     def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
         """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers,
@@ -221,6 +223,16 @@ class DataDirWriter:
         start = pc.coalesce(table.column("start_time"), table.column("decided_at"))
         days = np.floor_divide(start.cast(pa.int64()).to_numpy(), _DAY_US)
         self._write("traces", table, days)
+
+    def _write_features(self, spans: pa.Table, pieces: pa.Table) -> None:
+        """Add the classifier's ``trace_features`` rows of the spans just written (see
+        :mod:`tailcut.analysis._features`; none when they cannot be computed)."""
+        from tailcut.analysis._features import trace_features
+
+        features = trace_features(spans, pieces) if spans.num_rows else None
+        if features is not None:
+            days = np.floor_divide(features.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
+            self._write("trace_features", features, days)
 
     def flush_if_due(self) -> None:
         """Publish every partition whose oldest unpublished row is ``roll_seconds`` old."""

@@ -268,10 +268,107 @@ PIECES: Final = pa.schema(
     metadata={TABLE_KEY: b"pieces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
+#: The span columns a finding reports, in the role structs of ``trace_features``.
+_SPOT: Final = [
+    _f("span_id", pa.string()),
+    _f("name", pa.string()),
+    _f("kind", pa.string()),
+    _f("boundary", pa.string()),
+    _f("occurrence", pa.int32()),
+    _f("seq", pa.int32()),
+]
+
+#: ``DATA/trace_features``: what the classifier needs of each trace, computed from its spans when they are
+#: written (``tailcut.analysis._features``), so classifying never reads the spans' payloads. One row per
+#: trace per write: a trace whose spans were written in several batches has several rows (the classifier
+#: then reads the spans instead).
+TRACE_FEATURES: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("start_time", TIMESTAMP, False),  # the earliest start among the spans written (the partition day)
+        _f("span_count", pa.int32(), False),  # spans written in this batch
+        _f("rules", pa.string(), False),  # version and thresholds the features were computed with
+        # tokens of each llm span with input tokens (the reference's per-call statistics)
+        _f("llm_input_tokens", pa.list_(pa.int64())),
+        _f("llm_output_tokens", pa.list_(pa.int64())),
+        # the roles (tailcut.analysis._rules.ROLES_SQL): spans the rules may point at
+        _f("roots", pa.int32(), False),
+        _f(
+            "root",
+            pa.struct(
+                [
+                    *_SPOT,
+                    _f("status_code", pa.string()),
+                    _f("is_orphan", pa.bool_()),
+                    _f("outcome", pa.string()),
+                    _f("score", pa.float64()),
+                    _f("output_empty", pa.bool_()),
+                ]
+            ),
+        ),
+        _f("final", pa.struct([*_SPOT, _f("finish", pa.string()), _f("tokens", pa.int64())])),
+        _f("implicated", pa.struct([*_SPOT, _f("problem", pa.string())])),
+        _f("deepest", pa.struct([*_SPOT, _f("depth", pa.int32())])),
+        _f("repeat", pa.struct([*_SPOT, _f("tool", pa.string()), _f("n", pa.int64())])),
+        _f(
+            "heavy",
+            pa.list_(pa.struct([*_SPOT, _f("input_tokens", pa.int64()), _f("output_tokens", pa.int64())])),
+        ),
+        # findings that need nothing beyond the trace (error, schema_drift from identical retries)
+        _f(
+            "local_findings",
+            pa.list_(
+                pa.struct(
+                    [
+                        _f("category", pa.string()),
+                        _f("span_id", pa.string()),
+                        _f("span_name", pa.string()),
+                        _f("span_kind", pa.string()),
+                        _f("boundary", pa.string()),
+                        _f("occurrence", pa.int32()),
+                        _f("seq", pa.int32()),
+                        _f("layer", pa.string()),
+                        _f("evidence", pa.string()),
+                        _f("confidence", pa.float64()),
+                        _f("signals", pa.list_(pa.string())),
+                    ]
+                )
+            ),
+        ),
+        # tool calls whose check needs every recorded schema version (they break a schema here)
+        _f(
+            "calls",
+            pa.list_(
+                pa.struct(
+                    [
+                        *_SPOT,
+                        _f("tools_key", pa.string()),
+                        _f("tool", pa.string()),
+                        _f("arguments", pa.string()),
+                        _f("call_index", pa.int64()),
+                        _f("enforced_sha", pa.string()),
+                    ]
+                )
+            ),
+        ),
+        # tool lists first shown, and tool schemas enforced, in this batch by this trace
+        _f(
+            "tool_lists",
+            pa.list_(pa.struct([_f("key", pa.string()), _f("first", pa.string()), _f("tools", pa.string())])),
+        ),
+        _f(
+            "enforced",
+            pa.list_(pa.struct([_f("tool", pa.string()), _f("sha", pa.string()), _f("schema", pa.string())])),
+        ),
+    ],
+    metadata={TABLE_KEY: b"trace_features", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
 TABLES: Final = {
     "spans": SPANS,
     "traces": TRACES,
     "pieces": PIECES,
+    "trace_features": TRACE_FEATURES,
     "corpus_runs": CORPUS_RUNS,
     "corpus_envelopes": CORPUS_ENVELOPES,
     "replay_results": REPLAY_RESULTS,

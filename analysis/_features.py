@@ -1,0 +1,377 @@
+"""The classifier's per-trace features: computed once when a trace's spans are written, read at classify time.
+
+**On write** (:func:`trace_features`, called by ``DataDirWriter.write_spans`` for every batch: the
+collector, ``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run
+through the classifier's own SQL, in a private DuckDB connection: ``_rows`` (:data:`._candidates.ROWS_SQL`)
+over every trace of the batch, its roles (:data:`._rules.ROLES_SQL`), the rules that need nothing beyond
+the trace (:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`), and the tool-call checks of
+:mod:`._toolcalls` against the tool lists and schemas the batch shows. One ``trace_features`` row per
+trace keeps the results: the roles, those findings, the tool calls that break some schema (whether another
+recorded version of the tool's schema explains them is only known over the whole data dir), the tool
+lists and enforced schemas the trace showed first in its batch, and the tokens of its ``llm`` spans.
+
+**On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
+spans when they describe exactly the spans present: every span counted by one row (no trace written in two
+batches, no file written before the features existed), one root per trace, and the same ``rules`` key
+(version, ``drift_min_attempts``, ``transient_errors``); otherwise, and when the caller asked for the
+exhaustive classification (``trust_recorded_counts`` or ``trust_trace_signals`` false), the spans are read as
+before. Robust z-scores are still computed at classify time, from the ``traces`` rows and the stored tokens.
+
+The check of the recorded violations on write is local to the trace where the read path's is global: an
+``llm`` span whose recorded ``tailcut.schema_violations`` is 0 is skipped when no tool span of its batch
+enforces a schema other than the one the span showed, so the written features find what the exhaustive
+classification finds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from tailcut import attributes as attr
+from tailcut.analysis import _candidates, _rules, _toolcalls
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+    from tailcut.analysis._classify import Thresholds
+    from tailcut.analysis._dataset import Dataset
+
+_logger = logging.getLogger("tailcut.exporters")
+TABLE: Final = "trace_features"
+#: Bumped whenever what the features hold or how they are computed changes (old rows are then not used).
+VERSION: Final = 1
+#: The relation the classifier reads them through.
+VIEW: Final = "_features"
+#: What :func:`_roles_sql` keeps of the features.
+_ROLE_COLUMNS: Final = "trace_id, roots, root, final, implicated, deepest, repeat, heavy"
+
+
+def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
+    """The ``rules`` column: the version and the thresholds the written features depend on."""
+    digest = hashlib.sha256(transient_errors.encode()).hexdigest()[:16]
+    return f"v{VERSION} drift_min_attempts={drift_min_attempts} transient_errors={digest}"
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+_SPANS_VIEW: Final = f"""
+CREATE VIEW spans AS SELECT * REPLACE (
+    timezone('UTC', make_timestamp_ns(start_time_ns)) AS start_time,
+    timezone('UTC', make_timestamp_ns(end_time_ns)) AS end_time,
+    CASE WHEN attributes['{attr.REQUEST_PIECED}'] = 'true'
+         THEN CAST(tailcut_piece(trace_id, CAST(request AS VARCHAR)) AS JSON) ELSE request END AS request,
+    CASE WHEN attributes['{attr.RESPONSE_PIECED}'] = 'true'
+         THEN CAST(tailcut_piece(trace_id, CAST(response AS VARCHAR)) AS JSON) ELSE response END AS response)
+FROM batch
+"""
+"""The batch as the ``spans`` view presents it: nanosecond times, payloads put back from their pieces."""
+
+_FIRST_LISTS: Final = f"""
+SELECT key, first, trace_id, span_id FROM (
+    SELECT attributes['{attr.TOOLS_SHA256}'] AS key, trace_id, span_id, trace_id || span_id AS first,
+           row_number() OVER (PARTITION BY attributes['{attr.TOOLS_SHA256}']
+                              ORDER BY trace_id || span_id) AS n
+    FROM batch WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL
+) WHERE n = 1
+"""
+"""The first span (by trace and span id) showing each tool list of the batch."""
+
+_LIST_TOOLS: Final = """
+SELECT f.key, f.first, f.trace_id, json_extract(s.request, '$.tools')::VARCHAR AS tools
+FROM _first_lists f JOIN spans s USING (trace_id, span_id)
+"""
+
+_ENFORCED: Final = f"""
+SELECT tool_name AS tool, attributes['{attr.TOOL_SCHEMA_SHA256}'] AS sha,
+       any_value(attributes['{attr.TOOL_SCHEMA}']) AS schema, min(trace_id) AS trace_id
+FROM batch
+WHERE kind = 'tool' AND tool_name IS NOT NULL AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL
+GROUP BY ALL
+"""
+
+_CANDIDATES: Final = """
+CREATE TEMP TABLE _candidates AS
+SELECT hash(trace_id) AS trace, true AS repeats, [max(depth)] AS deep FROM batch GROUP BY trace_id
+"""
+
+_BASE: Final = """
+SELECT trace_id, min(start_time) AS start_time, count(*)::INTEGER AS span_count,
+       list(input_tokens ORDER BY span_index) FILTER (WHERE kind = 'llm' AND input_tokens IS NOT NULL)
+           AS llm_input_tokens,
+       list(output_tokens ORDER BY span_index) FILTER (WHERE kind = 'llm' AND input_tokens IS NOT NULL)
+           AS llm_output_tokens
+FROM batch GROUP BY trace_id
+"""
+
+_LOCAL_FIELDS: Final = [c for c in _rules.FINDING_COLUMNS if c != "trace_id"]
+
+_ASSEMBLE: Final = f"""
+SELECT b.trace_id, b.start_time, b.span_count, $rules AS rules, b.llm_input_tokens, b.llm_output_tokens,
+       coalesce(r.roots, 0) AS roots, r.root, r.final, r.implicated, r.deepest, r.repeat, r.heavy,
+       l.local_findings, c.calls, t.tool_lists, e.enforced
+FROM _base b
+LEFT JOIN _roles r USING (trace_id)
+LEFT JOIN (SELECT trace_id, list({{{", ".join(f"'{c}': {c}" for c in _LOCAL_FIELDS)}}}) AS local_findings
+           FROM _local GROUP BY trace_id) l USING (trace_id)
+LEFT JOIN (SELECT trace_id, list(call ORDER BY seq, call_index) AS calls FROM _calls GROUP BY trace_id) c
+    USING (trace_id)
+LEFT JOIN (SELECT trace_id, list({{'key': key, 'first': first, 'tools': tools}} ORDER BY first)
+               AS tool_lists
+           FROM _lists GROUP BY trace_id) t USING (trace_id)
+LEFT JOIN (SELECT trace_id, list({{'tool': tool, 'sha': sha, 'schema': schema}} ORDER BY tool, sha)
+               AS enforced
+           FROM _enforced GROUP BY trace_id) e USING (trace_id)
+ORDER BY b.trace_id
+"""
+
+
+class _Pieces:
+    """The batch's request pieces by (trace, sha256): what ``tailcut_piece`` expands placeholders from."""
+
+    def __init__(self, pieces: pa.Table) -> None:
+        self.texts = {
+            (trace, sha): text
+            for trace, sha, text in zip(
+                pieces["trace_id"].to_pylist(),
+                pieces["sha256"].to_pylist(),
+                pieces["text"].to_pylist(),
+                strict=True,
+            )
+        }
+
+    def __call__(self, trace_id: str, text: str | None) -> str | None:
+        from tailcut._pieces import expand
+
+        if text is None:
+            return None
+        return expand(text, lambda sha: self.texts[(trace_id, sha)])  # KeyError: the piece is elsewhere
+
+
+def trace_features(spans: pa.Table, pieces: pa.Table) -> pa.Table | None:
+    """The ``trace_features`` rows of a batch of ``spans`` rows (and the ``pieces`` they carried), under
+    the default thresholds.
+
+    Returns None when the batch cannot be described on its own (a request put together from a piece
+    that is not in the batch) or the computation fails (logged): its traces are then classified from
+    their spans, so a failure here never costs a span.
+    """
+    import duckdb
+
+    from tailcut.analysis._classify import Thresholds
+    from tailcut.exporters import schema
+
+    connection = duckdb.connect()
+    try:
+        connection.create_function(
+            "tailcut_piece", _Pieces(pieces), ["VARCHAR", "VARCHAR"], "VARCHAR", null_handling="special"
+        )
+        connection.register("batch", spans)
+        connection.execute(_SPANS_VIEW)
+        return _features(connection, Thresholds()).cast(schema.TRACE_FEATURES)
+    except duckdb.Error as exc:
+        if "tailcut_piece" not in str(exc):
+            _logger.warning("trace features not computed for a batch of %d spans: %s", spans.num_rows, exc)
+        return None
+    except Exception as exc:  # a bug here must not lose the spans being written
+        _logger.warning("trace features not computed for a batch of %d spans: %r", spans.num_rows, exc)
+        return None
+    finally:
+        connection.close()
+
+
+def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.Table:
+    """The features of the batch registered as ``batch`` and viewed as ``spans`` (see the module doc)."""
+    import pyarrow as pa
+
+    connection.register("_first_lists", connection.sql(_FIRST_LISTS).to_arrow_table())
+    lists = [(first, key, tools) for key, first, _, tools in connection.execute(_LIST_TOOLS).fetchall()]
+    enforced = [(tool, sha, schema) for tool, sha, schema, _ in connection.execute(_ENFORCED).fetchall()]
+    book = _toolcalls.load_schema_book(lists, enforced)
+    parameters = {
+        **limits.parameters(),
+        "trust_recorded_counts": True,
+        "suspect_keys": _locally_suspect(book, enforced),
+    }
+    connection.execute(_CANDIDATES)
+    [(third_party,)] = connection.execute(
+        f"SELECT count(*) FROM batch WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL"
+    ).fetchall()
+    rows = _candidates.ROWS_SQL.replace(
+        "{request_tools}", _candidates.REQUEST_TOOLS if third_party else "NULL::VARCHAR"
+    )
+    connection.execute(rows, _rules.named_parameters(rows, parameters))
+    connection.execute(f"CREATE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
+    if others := _toolcalls.third_party_lists(connection):
+        lists = [*lists, *others]
+        book = _toolcalls.load_schema_book(lists, enforced)
+    local = [
+        connection.sql(q, params=_rules.named_parameters(q, parameters)).to_arrow_table()
+        for q in (_rules.ERROR_SQL, _rules.RETRIES_SQL)
+    ]
+    connection.register("_local", pa.concat_tables([t.select(list(_rules.FINDING_COLUMNS)) for t in local]))
+    connection.register("_calls", _open_calls(connection, book, parameters))
+    [(owner,)] = connection.execute("SELECT min(trace_id) FROM batch").fetchall()
+    connection.register(
+        "_lists",
+        pa.table(
+            {
+                "trace_id": pa.array([owner] * len(lists), pa.string()),
+                "first": pa.array([first for first, _, _ in lists], pa.string()),
+                "key": pa.array([key for _, key, _ in lists], pa.string()),
+                "tools": pa.array([tools for _, _, tools in lists], pa.string()),
+            }
+        ),
+    )
+    connection.register(
+        "_enforced",
+        pa.table(
+            {
+                "trace_id": pa.array([owner] * len(enforced), pa.string()),
+                "tool": pa.array([tool for tool, _, _ in enforced], pa.string()),
+                "sha": pa.array([sha for _, sha, _ in enforced], pa.string()),
+                "schema": pa.array([schema for _, _, schema in enforced], pa.string()),
+            }
+        ),
+    )
+    connection.register("_base", connection.sql(_BASE).to_arrow_table())
+    rules = rules_key(limits.drift_min_attempts, limits.transient_errors)
+    return connection.sql(_ASSEMBLE, params={"rules": rules}).to_arrow_table()
+
+
+def _locally_suspect(book: _toolcalls.SchemaBook, enforced: list[tuple[str, str, str | None]]) -> list[str]:
+    """Tool lists that show some tool a schema other than one a tool span of the batch enforces."""
+    shas: dict[str, set[str]] = defaultdict(set)
+    for tool, sha, _ in enforced:
+        shas[tool].add(sha)
+    return sorted(
+        key
+        for key, shown in book.shown.items()
+        if any(shas.get(tool, set()) - {sha} for tool, sha in shown.items())
+    )
+
+
+def _open_calls(
+    connection: duckdb.DuckDBPyConnection, book: _toolcalls.SchemaBook, parameters: Mapping[str, Any]
+) -> pa.Table:
+    """The tool calls of the batch whose check is not settled by the batch: those that break a schema
+    shown or enforced here, and those checked against a schema version the batch does not hold."""
+    import pyarrow as pa
+
+    from tailcut.exporters import schema
+
+    call_type = schema.TRACE_FEATURES.field("calls").type.value_type
+    kept = []
+    for call in _toolcalls.calls(connection, parameters):
+        shown = book.shown.get(call["tools_key"] or "", {}).get(call["tool"])
+        reference = call["enforced_sha"] or shown
+        unsettled = reference is not None and not book.checkable(reference)
+        if unsettled or next(_toolcalls.check(book, call), None) is not None:
+            kept.append(call)
+    return pa.table(
+        {
+            "trace_id": pa.array([c["trace_id"] for c in kept], pa.string()),
+            "seq": pa.array([c["seq"] for c in kept], pa.int32()),
+            "call_index": pa.array([c["call_index"] for c in kept], pa.int64()),
+            "call": pa.array([{f.name: c[f.name] for f in call_type} for c in kept], call_type),
+        }
+    )
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+_COVERAGE: Final = f"""
+SELECT count(*) = count(DISTINCT hash(trace_id)) AND coalesce(max(roots), 0) <= 1
+           AND bool_and(rules = $rules),
+       coalesce(sum(span_count), 0)
+FROM {VIEW}
+"""
+"""Whether the features hold one row per trace, one root per trace and the wanted rules; and the spans
+they count."""
+
+_ROLES: Final = f"""
+CREATE OR REPLACE TEMP TABLE _roles AS
+SELECT {_ROLE_COLUMNS} FROM {VIEW}
+WHERE trace_id IN (SELECT trace_id FROM _scores)
+   OR repeat.n >= $loop_min_repeats
+   OR (root.status_code <> 'ERROR'
+       AND (root.outcome = 'fail' OR root.score < $score_threshold OR root.output_empty
+            OR list_contains($degraded_finish_reasons, final.finish) OR final.tokens = 0
+            OR trace_id IN (SELECT trace_id FROM traces
+                            WHERE outcome = 'fail' OR outcome_score < $score_threshold)))
+"""
+"""The roles of the traces some judgement may flag: far from the reference (``_scores``), a repeated
+call, or a bad outcome, score, output or final answer (the ``traces`` row's outcome included)."""
+
+
+def usable(dataset: Dataset, limits: Thresholds) -> bool:
+    """Whether the stored features describe exactly the spans present, for ``limits``; if so, they are
+    the ``_features`` view of ``dataset``'s connection (see the module docstring)."""
+    import duckdb
+
+    from tailcut.analysis import _source
+
+    if not (limits.trust_recorded_counts and limits.trust_trace_signals):
+        return False
+    connection = dataset.connection
+    pattern = _source.table_glob(dataset.location, TABLE)
+    try:
+        [(files,)] = connection.execute("SELECT count(*) FROM glob(?)", [pattern]).fetchall()
+        if not files:
+            return False
+        connection.execute(
+            f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM read_parquet('{_source.quote(pattern)}')"
+        )
+        [(consistent, counted)] = connection.execute(
+            _COVERAGE, {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors)}
+        ).fetchall()
+        [(present,)] = connection.execute("SELECT count(*) FROM spans").fetchall()
+    except duckdb.Error:
+        consistent = False
+    if consistent and counted == present:
+        return True
+    connection.execute(f"DROP VIEW IF EXISTS {VIEW}")
+    return False
+
+
+def read(
+    dataset: Dataset, parameters: Mapping[str, Any]
+) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
+    """From ``_features`` (after :func:`usable`): fill ``_roles``; return the ``error`` findings, the
+    ``schema_drift`` findings of identical retries (as rows) and the tool-call problems."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tailcut.analysis._classify import findings_schema
+
+    connection = dataset.connection
+    connection.execute(_ROLES, _rules.named_parameters(_ROLES, parameters))
+    local = connection.sql(
+        f"SELECT unnest(local_findings, recursive := true), trace_id FROM {VIEW} "
+        "WHERE local_findings IS NOT NULL"
+    ).to_arrow_table()
+    local = local.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    errors = local.filter(pc.equal(local["category"], "error"))
+    retries = local.filter(pc.equal(local["category"], "schema_drift")).to_pylist()
+    catalog = connection.sql(
+        f"SELECT tool_lists, enforced FROM {VIEW} WHERE tool_lists IS NOT NULL OR enforced IS NOT NULL"
+    ).to_arrow_table()
+    lists = [
+        (e["first"], e["key"], e["tools"]) for row in catalog["tool_lists"].to_pylist() for e in row or ()
+    ]
+    enforced: dict[tuple[str, str], str | None] = {}
+    for row in catalog["enforced"].to_pylist():
+        for e in row or ():
+            enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
+    book = _toolcalls.load_schema_book(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()))
+    calls = connection.sql(
+        f"SELECT * FROM (SELECT trace_id, unnest(calls, recursive := true) FROM {VIEW} "
+        "WHERE calls IS NOT NULL) ORDER BY trace_id, seq, call_index"
+    ).to_arrow_table()
+    problems = [problem for call in calls.to_pylist() for problem in _toolcalls.check(book, call)]
+    assert isinstance(errors, pa.Table)
+    return errors, retries, problems
