@@ -29,6 +29,7 @@ import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
@@ -47,8 +48,6 @@ TABLE: Final = "trace_features"
 VERSION: Final = 1
 #: The relation the classifier reads them through.
 VIEW: Final = "_features"
-#: What :func:`_roles_sql` keeps of the features.
-_ROLE_COLUMNS: Final = "trace_id, roots, root, final, implicated, deepest, repeat, heavy"
 
 
 def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
@@ -110,14 +109,19 @@ FROM batch GROUP BY trace_id
 
 _LOCAL_FIELDS: Final = [c for c in _rules.FINDING_COLUMNS if c != "trace_id"]
 
-_ASSEMBLE: Final = f"""
+
+@cache
+def _assemble_sql() -> str:
+    """The features of the batch from the scratch tables (one row per trace, roles as flat columns)."""
+    roles = ", ".join(f"r.{role}.{field} AS {role}_{field}" for role, field in _role_fields())
+    local = ", ".join(f"'{c}': {c}" for c in _LOCAL_FIELDS)
+    return f"""
 SELECT b.trace_id, b.start_time, b.span_count, $rules AS rules, b.llm_input_tokens, b.llm_output_tokens,
-       coalesce(r.roots, 0) AS roots, r.root, r.final, r.implicated, r.deepest, r.repeat, r.heavy,
-       l.local_findings, c.calls, t.tool_lists, e.enforced
+       coalesce(r.roots, 0) AS roots, {roles}, r.heavy, l.local_findings, c.calls, t.tool_lists, e.enforced
 FROM _base b
 LEFT JOIN _roles r USING (trace_id)
-LEFT JOIN (SELECT trace_id, list({{{", ".join(f"'{c}': {c}" for c in _LOCAL_FIELDS)}}}) AS local_findings
-           FROM _local GROUP BY trace_id) l USING (trace_id)
+LEFT JOIN (SELECT trace_id, list({{{local}}}) AS local_findings FROM _local GROUP BY trace_id) l
+    USING (trace_id)
 LEFT JOIN (SELECT trace_id, list(call ORDER BY seq, call_index) AS calls FROM _calls GROUP BY trace_id) c
     USING (trace_id)
 LEFT JOIN (SELECT trace_id, list({{'key': key, 'first': first, 'tools': tools}} ORDER BY first)
@@ -128,6 +132,14 @@ LEFT JOIN (SELECT trace_id, list({{'tool': tool, 'sha': sha, 'schema': schema}} 
            FROM _enforced GROUP BY trace_id) e USING (trace_id)
 ORDER BY b.trace_id
 """
+
+
+@cache
+def _role_fields() -> list[tuple[str, str]]:
+    """``(role, field)`` of every flat role column of ``trace_features`` (``root_span_id``...)."""
+    from tailcut.exporters.schema import ROLE_FIELDS
+
+    return [(role, field.name) for role, fields in ROLE_FIELDS.items() for field in fields]
 
 
 class _Pieces:
@@ -240,7 +252,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     )
     connection.register("_base", connection.sql(_BASE).to_arrow_table())
     rules = rules_key(limits.drift_min_attempts, limits.transient_errors)
-    return connection.sql(_ASSEMBLE, params={"rules": rules}).to_arrow_table()
+    return connection.sql(_assemble_sql(), params={"rules": rules}).to_arrow_table()
 
 
 def _locally_suspect(book: _toolcalls.SchemaBook, enforced: list[tuple[str, str, str | None]]) -> list[str]:
@@ -271,7 +283,8 @@ def _open_calls(
         reference = call["enforced_sha"] or shown
         unsettled = reference is not None and not book.checkable(reference)
         if unsettled or next(_toolcalls.check(book, call), None) is not None:
-            kept.append(call)
+            verdicts = book.verdicts(call["tool"], call["arguments"])
+            kept.append({**call, "verdicts": [{"sha": sha, "problem": p} for sha, p in verdicts]})
     return pa.table(
         {
             "trace_id": pa.array([c["trace_id"] for c in kept], pa.string()),
@@ -293,17 +306,33 @@ FROM {VIEW}
 """Whether the features hold one row per trace, one root per trace and the wanted rules; and the spans
 they count."""
 
-_ROLES: Final = f"""
+
+@cache
+def _roles_sql() -> str:
+    """``_roles`` from the flat role columns of the traces some judgement may flag: far from the reference
+    (``_scores``), a repeated call, or a bad outcome, score, output or final answer (the ``traces``
+    row's outcome included)."""
+    fields: dict[str, list[str]] = defaultdict(list)
+    for role, field in _role_fields():
+        fields[role].append(field)
+    structs = {role: ", ".join(f"'{f}': {role}_{f}" for f in names) for role, names in fields.items()}
+    roles = ", ".join(
+        f"CASE WHEN {role}_span_id IS NOT NULL THEN {{{struct}}} END AS {role}"
+        for role, struct in structs.items()
+    )
+    return f"""
 CREATE OR REPLACE TEMP TABLE _roles AS
-SELECT {_ROLE_COLUMNS} FROM {VIEW}
+SELECT trace_id, roots, {roles}, heavy FROM {VIEW}
 WHERE trace_id IN (SELECT trace_id FROM _scores)
-   OR repeat.n >= $loop_min_repeats
-   OR (root.status_code <> 'ERROR'
-       AND (root.outcome = 'fail' OR root.score < $score_threshold OR root.output_empty
-            OR list_contains($degraded_finish_reasons, final.finish) OR final.tokens = 0
+   OR repeat_n >= $loop_min_repeats
+   OR (root_status_code <> 'ERROR'
+       AND (root_outcome = 'fail' OR root_score < $score_threshold OR root_output_empty
+            OR list_contains($degraded_finish_reasons, final_finish) OR final_tokens = 0
             OR trace_id IN (SELECT trace_id FROM traces
                             WHERE outcome = 'fail' OR outcome_score < $score_threshold)))
 """
+
+
 """The roles of the traces some judgement may flag: far from the reference (``_scores``), a repeated
 call, or a bad outcome, score, output or final answer (the ``traces`` row's outcome included)."""
 
@@ -349,7 +378,8 @@ def read(
     from tailcut.analysis._classify import findings_schema
 
     connection = dataset.connection
-    connection.execute(_ROLES, _rules.named_parameters(_ROLES, parameters))
+    roles = _roles_sql()
+    connection.execute(roles, _rules.named_parameters(roles, parameters))
     local = connection.sql(
         f"SELECT unnest(local_findings, recursive := true), trace_id FROM {VIEW} "
         "WHERE local_findings IS NOT NULL"
@@ -372,6 +402,9 @@ def read(
         f"SELECT * FROM (SELECT trace_id, unnest(calls, recursive := true) FROM {VIEW} "
         "WHERE calls IS NOT NULL) ORDER BY trace_id, seq, call_index"
     ).to_arrow_table()
-    problems = [problem for call in calls.to_pylist() for problem in _toolcalls.check(book, call)]
+    problems = []
+    for call in calls.to_pylist():
+        book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
+        problems.extend(_toolcalls.check(book, call))
     assert isinstance(errors, pa.Table)
     return errors, retries, problems

@@ -186,6 +186,21 @@ class SchemaBook:
             self._results[key] = error
         return self._results[key]
 
+    def verdicts(self, tool: str, text: str) -> list[tuple[str, str | None]]:
+        """``(sha, problem)`` of ``text``, a call's arguments, against every checkable version of ``tool``
+        (empty when the arguments are not JSON)."""
+        try:
+            arguments = _arguments(text)
+        except orjson.JSONDecodeError:
+            return []
+        versions = [sha for sha in self.versions.get(tool, {}) if self.checkable(sha)]
+        return [(sha, self.problem(sha, arguments, text)) for sha in versions]
+
+    def remember(self, text: str, verdicts: Iterable[tuple[str, str | None]]) -> None:
+        """Take the :meth:`verdicts` of ``text`` found earlier (by the writer) instead of validating again."""
+        for sha, problem in verdicts:
+            self._results[(sha, text)] = problem
+
     def checkable(self, sha: str) -> bool:
         """Whether version ``sha`` is known and is a valid JSON Schema."""
         return self._validator(sha) is not None
@@ -206,6 +221,11 @@ class SchemaBook:
                     validator = None
             self._validators[sha] = validator
         return self._validators[sha]
+
+
+def _arguments(text: str | None) -> Any:
+    """A call's arguments from their JSON text (none: an empty object); raises on text that is not JSON."""
+    return orjson.loads(text) if text and text.strip() else {}
 
 
 def _tool_entries(tools: Any) -> Iterator[tuple[str, Any]]:
@@ -341,7 +361,7 @@ def check(book: SchemaBook, call: Mapping[str, Any]) -> Iterator[CallProblem]:
         )
         return
     try:
-        arguments = orjson.loads(text) if text and text.strip() else {}
+        arguments = _arguments(text)
     except orjson.JSONDecodeError:
         yield found("schema_violation", "model", f"{tool}: arguments are not JSON: {text[:60]!r}", 0.95)
         return

@@ -278,6 +278,22 @@ _SPOT: Final = [
     _f("seq", pa.int32()),
 ]
 
+#: The roles of ``trace_features`` and their fields beyond the span's (``tailcut.analysis._rules.ROLES_SQL``).
+ROLE_FIELDS: Final = {
+    "root": [
+        *_SPOT,
+        _f("status_code", pa.string()),
+        _f("is_orphan", pa.bool_()),
+        _f("outcome", pa.string()),
+        _f("score", pa.float64()),
+        _f("output_empty", pa.bool_()),
+    ],
+    "final": [*_SPOT, _f("finish", pa.string()), _f("tokens", pa.int64())],
+    "implicated": [*_SPOT, _f("problem", pa.string())],
+    "deepest": [*_SPOT, _f("depth", pa.int32())],
+    "repeat": [*_SPOT, _f("tool", pa.string()), _f("n", pa.int64())],
+}
+
 #: ``DATA/trace_features``: what the classifier needs of each trace, computed from its spans when they are
 #: written (``tailcut.analysis._features``), so classifying never reads the spans' payloads. One row per
 #: trace per write: a trace whose spans were written in several batches has several rows (the classifier
@@ -291,25 +307,10 @@ TRACE_FEATURES: Final = pa.schema(
         # tokens of each llm span with input tokens (the reference's per-call statistics)
         _f("llm_input_tokens", pa.list_(pa.int64())),
         _f("llm_output_tokens", pa.list_(pa.int64())),
-        # the roles (tailcut.analysis._rules.ROLES_SQL): spans the rules may point at
+        # the roles (tailcut.analysis._rules.ROLES_SQL): spans the rules may point at, one column per field
+        # (``root_span_id``...: flat columns read faster than structs), null when the trace has no such span
         _f("roots", pa.int32(), False),
-        _f(
-            "root",
-            pa.struct(
-                [
-                    *_SPOT,
-                    _f("status_code", pa.string()),
-                    _f("is_orphan", pa.bool_()),
-                    _f("outcome", pa.string()),
-                    _f("score", pa.float64()),
-                    _f("output_empty", pa.bool_()),
-                ]
-            ),
-        ),
-        _f("final", pa.struct([*_SPOT, _f("finish", pa.string()), _f("tokens", pa.int64())])),
-        _f("implicated", pa.struct([*_SPOT, _f("problem", pa.string())])),
-        _f("deepest", pa.struct([*_SPOT, _f("depth", pa.int32())])),
-        _f("repeat", pa.struct([*_SPOT, _f("tool", pa.string()), _f("n", pa.int64())])),
+        *(_f(f"{role}_{field.name}", field.type) for role, fields in ROLE_FIELDS.items() for field in fields),
         _f(
             "heavy",
             pa.list_(pa.struct([*_SPOT, _f("input_tokens", pa.int64()), _f("output_tokens", pa.int64())])),
@@ -347,6 +348,11 @@ TRACE_FEATURES: Final = pa.schema(
                         _f("arguments", pa.string()),
                         _f("call_index", pa.int64()),
                         _f("enforced_sha", pa.string()),
+                        # jsonschema's message (null: valid) against each version of the tool's schema here
+                        _f(
+                            "verdicts",
+                            pa.list_(pa.struct([_f("sha", pa.string()), _f("problem", pa.string())])),
+                        ),
                     ]
                 )
             ),
