@@ -372,7 +372,6 @@ def read(
 ) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
     """From ``_features`` (after :func:`usable`): fill ``_roles``; return the ``error`` findings, the
     ``schema_drift`` findings of identical retries (as rows) and the tool-call problems."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
@@ -380,31 +379,34 @@ def read(
     connection = dataset.connection
     roles = _roles_sql()
     connection.execute(roles, _rules.named_parameters(roles, parameters))
-    local = connection.sql(
-        f"SELECT unnest(local_findings, recursive := true), trace_id FROM {VIEW} "
-        "WHERE local_findings IS NOT NULL"
+    stored = connection.sql(
+        f"SELECT local_findings, calls, tool_lists, enforced, trace_id FROM {VIEW} WHERE local_findings "
+        "IS NOT NULL OR calls IS NOT NULL OR tool_lists IS NOT NULL OR enforced IS NOT NULL"
     ).to_arrow_table()
-    local = local.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    local = _flatten(stored, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     errors = local.filter(pc.equal(local["category"], "error"))
     retries = local.filter(pc.equal(local["category"], "schema_drift")).to_pylist()
-    catalog = connection.sql(
-        f"SELECT tool_lists, enforced FROM {VIEW} WHERE tool_lists IS NOT NULL OR enforced IS NOT NULL"
-    ).to_arrow_table()
-    lists = [
-        (e["first"], e["key"], e["tools"]) for row in catalog["tool_lists"].to_pylist() for e in row or ()
-    ]
+    lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(stored, "tool_lists").to_pylist()]
     enforced: dict[tuple[str, str], str | None] = {}
-    for row in catalog["enforced"].to_pylist():
-        for e in row or ():
-            enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
+    for e in _flatten(stored, "enforced").to_pylist():
+        enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
     book = _toolcalls.load_schema_book(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()))
-    calls = connection.sql(
-        f"SELECT * FROM (SELECT trace_id, unnest(calls, recursive := true) FROM {VIEW} "
-        "WHERE calls IS NOT NULL) ORDER BY trace_id, seq, call_index"
-    ).to_arrow_table()
+    calls = _flatten(stored, "calls").sort_by(
+        [("trace_id", "ascending"), ("seq", "ascending"), ("call_index", "ascending")]
+    )
     problems = []
     for call in calls.to_pylist():
         book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
         problems.extend(_toolcalls.check(book, call))
-    assert isinstance(errors, pa.Table)
     return errors, retries, problems
+
+
+def _flatten(table: pa.Table, column: str) -> pa.Table:
+    """The structs of list column ``column``, one row each, with the ``trace_id`` of their row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = table.column(column).combine_chunks()
+    structs = pc.list_flatten(values)
+    owners = pc.take(table.column("trace_id"), pc.list_parent_indices(values))
+    return pa.Table.from_struct_array(structs).append_column("trace_id", owners)
