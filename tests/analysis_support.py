@@ -185,7 +185,7 @@ def scripted_clock(data: Path) -> None:
     traces = traces.set_column(
         traces.schema.get_field_index("duration_ms"), "duration_ms", pa.array(durations, pa.float64())
     )
-    for table in ("spans", "traces"):
+    for table in ("spans", "traces", "trace_features"):  # the features describe the spans as written
         for part in (data / table).glob("**/*.parquet"):
             part.unlink()
     with DataDirWriter(data) as writer:

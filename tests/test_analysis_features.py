@@ -1,0 +1,165 @@
+"""``trace_features``: the classifier's per-trace features, written with the spans, give the same findings
+as reading the spans, and are set aside whenever they do not describe exactly the spans present."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import tailcut
+from tailcut.analysis import Dataset, Thresholds, _features
+from tailcut.exporters import DataDirWriter
+from tests.analysis_support import read_table, record, spans_table
+from tests.test_analysis_classify import NORMAL_RUNS, SCENARIOS, normal_run
+
+#: The exhaustive classification: every span read, every tool call re-validated.
+EXHAUSTIVE = {"trust_recorded_counts": False, "trust_trace_signals": False}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """Every classifier scenario once plus normal runs, recorded by the SDK through the embedded exporter."""
+    data = tmp_path_factory.mktemp("features") / "data"
+
+    def body() -> None:
+        for i in range(NORMAL_RUNS):
+            with tailcut.run("support", input={"i": i}) as run:
+                normal_run(run, i)
+        for name, scenario in SCENARIOS.items():
+            try:
+                with tailcut.run("support", input={"scenario": name}) as run:
+                    scenario(run)
+            except (RuntimeError, ValueError):
+                pass
+
+    record(data, body)
+    return data
+
+
+def classify_both(data: Path, **thresholds) -> tuple[pl.DataFrame, pl.DataFrame]:
+    dataset = Dataset(data)
+    assert _features.usable(dataset, Thresholds(**thresholds))
+    fast = dataset.classify(thresholds=Thresholds(**thresholds))
+    slow = dataset.classify(thresholds=Thresholds(**thresholds, **EXHAUSTIVE))
+    return fast, slow
+
+
+@pytest.mark.parametrize(
+    "thresholds",
+    [
+        {},
+        {"loop_min_repeats": 2},
+        {"cost_z": 3.0, "duration_z": 4.0},
+        {"score_threshold": 0.95},
+        {"min_baseline": 5},
+    ],
+    ids=["default", "loop_2", "cost_3", "score_95", "baseline_5"],
+)
+def test_the_written_features_find_what_reading_every_span_finds(recorded, thresholds):
+    fast, slow = classify_both(recorded, **thresholds)
+    assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
+    if not thresholds:
+        assert {"error", "schema_violation", "schema_drift", "tool_loop", "silent_degradation"} <= set(
+            fast["category"]
+        )
+
+
+def test_one_row_per_trace_with_its_roles_and_local_findings(recorded):
+    features = read_table(recorded, "trace_features")
+    spans = read_table(recorded, "spans")
+    assert features.num_rows == len(set(spans["trace_id"].to_pylist()))
+    assert sum(features["span_count"].to_pylist()) == spans.num_rows
+    assert set(features["roots"].to_pylist()) == {1}
+    assert set(features["root_kind"].to_pylist()) == {"root"}
+    local = [f["category"] for row in features["local_findings"].to_pylist() for f in row or ()]
+    assert "error" in local and "schema_drift" in local  # identical failed retries need only the trace
+    rules = set(features["rules"].to_pylist())
+    assert rules == {_features.rules_key(Thresholds().drift_min_attempts, Thresholds().transient_errors)}
+
+
+def test_a_data_dir_written_before_the_features_is_classified_from_its_spans(recorded, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(recorded, old)
+    shutil.rmtree(old / "trace_features")
+    shutil.rmtree(old / "findings", ignore_errors=True)
+    dataset = Dataset(old)
+    assert not _features.usable(dataset, Thresholds())
+    assert dataset.classify().equals(Dataset(recorded).classify())
+
+
+def test_features_of_other_retry_thresholds_are_not_used(recorded):
+    assert not _features.usable(Dataset(recorded), Thresholds(drift_min_attempts=3))
+    assert not _features.usable(Dataset(recorded), Thresholds(transient_errors="timeout"))
+    assert not _features.usable(Dataset(recorded), Thresholds(**EXHAUSTIVE))
+
+
+def test_a_span_without_features_sends_the_whole_data_dir_to_the_spans(recorded, tmp_path):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(recorded, mixed)
+    shutil.rmtree(mixed / "findings", ignore_errors=True)
+    for part in (mixed / "trace_features").glob("**/*.parquet"):
+        part.unlink()
+        break
+    dataset = Dataset(mixed)
+    assert not _features.usable(dataset, Thresholds())
+    assert dataset.classify().equals(Dataset(recorded).classify())
+
+
+def trace_spans(trace_id: str, first: int, count: int) -> list[dict]:
+    """A root and ``count - 1`` failing tool calls under it, span ids from ``first``."""
+    root = {
+        "trace_id": trace_id,
+        "span_id": f"{first:016x}",
+        "parent_span_id": None,
+        "name": "agent",
+        "kind": "root",
+        "start": 1_700_000_000_000_000_000,
+        "end": 1_700_000_000_100_000_000,
+        "status_code": "ERROR",
+    }
+    children = [
+        {
+            "trace_id": trace_id,
+            "span_id": f"{first + i:016x}",
+            "parent_span_id": f"{first:016x}",
+            "name": "lookup",
+            "kind": "tool",
+            "tool_name": "lookup",
+            "boundary": "tool:lookup",
+            "start": 1_700_000_000_000_000_000 + i * 1_000_000,
+            "end": 1_700_000_000_000_500_000 + i * 1_000_000,
+            "status_code": "ERROR",
+            "error_type": "LookupError",
+        }
+        for i in range(1, count)
+    ]
+    return [root, *children]
+
+
+def test_a_trace_written_in_two_batches_is_classified_from_its_spans(tmp_path):
+    data = tmp_path / "data"
+    trace_id = "ab" * 16
+    spans = trace_spans(trace_id, 1, 4)
+    with DataDirWriter(data) as writer:
+        writer.write_spans(spans_table(spans[:2]))
+        writer.write_spans(spans_table(spans[2:]))  # late spans: their own batch, their own features row
+    dataset = Dataset(data)
+    assert not _features.usable(dataset, Thresholds())
+    assert dataset.classify()["category"].to_list() == ["error"]
+
+
+def test_one_batch_of_the_same_spans_is_classified_from_its_features(tmp_path):
+    data = tmp_path / "data"
+    with DataDirWriter(data) as writer:
+        writer.write_spans(spans_table(trace_spans("ab" * 16, 1, 4) + trace_spans("cd" * 16, 10, 2)))
+    dataset = Dataset(data)
+    assert _features.usable(dataset, Thresholds())
+    fast = dataset.classify()
+    assert fast.select("trace_id", "category", "span_kind").rows() == [
+        ("ab" * 16, "error", "tool"),
+        ("cd" * 16, "error", "tool"),
+    ]
+    assert fast.equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
