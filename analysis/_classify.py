@@ -266,6 +266,11 @@ def _problem_rows(problems: Iterable[CallProblem], category: str, signal: str) -
     ]
 
 
+def violation_rows(problems: Iterable[CallProblem]) -> list[dict[str, Any]]:
+    """The ``schema_violation`` findings of some tool-call problems: per trace, its earliest call's."""
+    return _problem_rows(problems, "schema_violation", "arguments break the schema sent")
+
+
 def _merge_drift(
     arguments: Sequence[dict[str, Any]], retries: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -339,15 +344,14 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     connection.execute(reference, {"min_baseline": limits.min_baseline})
     connection.execute(_rules.SCORES_SQL, _rules.named_parameters(_rules.SCORES_SQL, parameters))
     if stored:
-        errors, retries, problems = _features.read(dataset, parameters)
+        local, retries, problems = _features.read(dataset, parameters)
     else:
-        errors, retries, problems = _from_spans(dataset, limits, parameters)
+        local, retries, problems = _from_spans(dataset, limits, parameters)
     tables = [
-        errors,
+        local,
         *(_run(dataset, q, parameters) for q in (_rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)),
     ]
-    rows = _problem_rows(problems, "schema_violation", "arguments break the schema sent")
-    rows += _merge_drift(
+    rows = _merge_drift(
         _problem_rows(problems, "schema_drift", "arguments follow another schema version"), retries
     )
     tables.append(pa.Table.from_pylist(rows, schema=findings_schema()))
@@ -363,8 +367,11 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
 def _from_spans(
     dataset: Dataset, limits: Thresholds, parameters: dict[str, Any]
 ) -> tuple[pa.Table, list[dict[str, Any]], list[CallProblem]]:
-    """Fill ``_roles`` from the suspects' spans (the survey, then ``_rows``); return the ``error`` findings,
-    the ``schema_drift`` findings of identical retries (as rows) and the tool-call problems."""
+    """Fill ``_roles`` from the suspects' spans (the survey, then ``_rows``); return the ``error`` and
+    ``schema_violation`` findings, the ``schema_drift`` findings of identical retries (as rows) and the
+    tool-call problems (drift of arguments is judged from them)."""
+    import pyarrow as pa
+
     connection = dataset.connection
     facts = survey(dataset, parameters)
     lists, enforced = representative_lists(dataset, facts), enforced_schemas(facts)
@@ -377,4 +384,5 @@ def _from_spans(
         book = load_schema_book([*lists, *others], enforced)
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
     retries = _run(dataset, _rules.RETRIES_SQL, parameters).to_pylist()
-    return _run(dataset, _rules.ERROR_SQL, parameters), retries, problems
+    violations = pa.Table.from_pylist(violation_rows(problems), schema=findings_schema())
+    return pa.concat_tables([_run(dataset, _rules.ERROR_SQL, parameters), violations]), retries, problems

@@ -4,11 +4,13 @@
 collector, ``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run
 through the classifier's own SQL, in a private DuckDB connection: ``_rows`` (:data:`._candidates.ROWS_SQL`)
 over every trace of the batch, its roles (:data:`._rules.ROLES_SQL`), the rules that need nothing beyond
-the trace (:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`), and the tool-call checks of
-:mod:`._toolcalls` against the tool lists and schemas the batch shows. One ``trace_features`` row per
-trace keeps the results: the roles, those findings, the tool calls that break some schema (whether another
-recorded version of the tool's schema explains them is only known over the whole data dir), the tool
-lists and enforced schemas the trace showed first in its batch, and the tokens of its ``llm`` spans.
+the trace (:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is
+checked against the tool list of its own request), and the tool-call checks of :mod:`._toolcalls` against
+the tool lists and schemas the batch shows. One ``trace_features`` row per trace keeps the results: the
+roles, those findings, the tool calls that break the schema they are checked against (whether another
+recorded version of the tool's schema explains them, ``schema_drift``, is only known over the whole data
+dir) with jsonschema's verdicts against every version the batch holds, the batch's tool lists and
+enforced schemas (on its first trace's row), and the tokens of each trace's ``llm`` spans.
 
 **On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
 spans when they describe exactly the spans present: every span counted by one row (no trace written in two
@@ -200,6 +202,8 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     """The features of the batch registered as ``batch`` and viewed as ``spans`` (see the module doc)."""
     import pyarrow as pa
 
+    from tailcut.analysis._classify import findings_schema
+
     connection.register("_first_lists", connection.sql(_FIRST_LISTS).to_arrow_table())
     lists = [(first, key, tools) for key, first, _, tools in connection.execute(_LIST_TOOLS).fetchall()]
     enforced = [(tool, sha, schema) for tool, sha, schema, _ in connection.execute(_ENFORCED).fetchall()]
@@ -221,12 +225,14 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     if others := _toolcalls.third_party_lists(connection):
         lists = [*lists, *others]
         book = _toolcalls.load_schema_book(lists, enforced)
+    calls, violations = _open_calls(connection, book, parameters)
     local = [
         connection.sql(q, params=_rules.named_parameters(q, parameters)).to_arrow_table()
         for q in (_rules.ERROR_SQL, _rules.RETRIES_SQL)
     ]
-    connection.register("_local", pa.concat_tables([t.select(list(_rules.FINDING_COLUMNS)) for t in local]))
-    connection.register("_calls", _open_calls(connection, book, parameters))
+    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema()) for t in local]
+    connection.register("_local", pa.concat_tables([*local, violations]))
+    connection.register("_calls", calls)
     [(owner,)] = connection.execute("SELECT min(trace_id) FROM batch").fetchall()
     connection.register(
         "_lists",
@@ -269,23 +275,27 @@ def _locally_suspect(book: _toolcalls.SchemaBook, enforced: list[tuple[str, str,
 
 def _open_calls(
     connection: duckdb.DuckDBPyConnection, book: _toolcalls.SchemaBook, parameters: Mapping[str, Any]
-) -> pa.Table:
-    """The tool calls of the batch whose check is not settled by the batch: those that break a schema
-    shown or enforced here, and those checked against a schema version the batch does not hold."""
+) -> tuple[pa.Table, pa.Table]:
+    """The batch's tool calls whose drift is not settled by the batch (those that break the schema they are
+    checked against, or are checked against a version the batch does not hold), with the verdicts found
+    here; and the ``schema_violation`` findings, settled by the tool list each call was made from."""
     import pyarrow as pa
 
+    from tailcut.analysis._classify import findings_schema, violation_rows
     from tailcut.exporters import schema
 
     call_type = schema.TRACE_FEATURES.field("calls").type.value_type
-    kept = []
+    kept, problems = [], []
     for call in _toolcalls.calls(connection, parameters):
+        found = list(_toolcalls.check(book, call))
+        problems.extend(found)
         shown = book.shown.get(call["tools_key"] or "", {}).get(call["tool"])
         reference = call["enforced_sha"] or shown
         unsettled = reference is not None and not book.checkable(reference)
-        if unsettled or next(_toolcalls.check(book, call), None) is not None:
+        if unsettled or any(p.category == "schema_drift" for p in found):
             verdicts = book.verdicts(call["tool"], call["arguments"])
             kept.append({**call, "verdicts": [{"sha": sha, "problem": p} for sha, p in verdicts]})
-    return pa.table(
+    calls = pa.table(
         {
             "trace_id": pa.array([c["trace_id"] for c in kept], pa.string()),
             "seq": pa.array([c["seq"] for c in kept], pa.int32()),
@@ -293,6 +303,7 @@ def _open_calls(
             "call": pa.array([{f.name: c[f.name] for f in call_type} for c in kept], call_type),
         }
     )
+    return calls, pa.Table.from_pylist(violation_rows(problems), schema=findings_schema())
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -370,8 +381,9 @@ def usable(dataset: Dataset, limits: Thresholds) -> bool:
 def read(
     dataset: Dataset, parameters: Mapping[str, Any]
 ) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
-    """From ``_features`` (after :func:`usable`): fill ``_roles``; return the ``error`` findings, the
-    ``schema_drift`` findings of identical retries (as rows) and the tool-call problems."""
+    """From ``_features`` (after :func:`usable`): fill ``_roles``; return the ``error`` and
+    ``schema_violation`` findings, the ``schema_drift`` findings of identical retries (as rows) and the
+    drift problems of the stored tool calls."""
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
@@ -384,8 +396,8 @@ def read(
         "IS NOT NULL OR calls IS NOT NULL OR tool_lists IS NOT NULL OR enforced IS NOT NULL"
     ).to_arrow_table()
     local = _flatten(stored, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
-    errors = local.filter(pc.equal(local["category"], "error"))
-    retries = local.filter(pc.equal(local["category"], "schema_drift")).to_pylist()
+    drift = pc.equal(local["category"], "schema_drift")
+    retries = local.filter(drift).to_pylist()
     lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(stored, "tool_lists").to_pylist()]
     enforced: dict[tuple[str, str], str | None] = {}
     for e in _flatten(stored, "enforced").to_pylist():
@@ -397,8 +409,8 @@ def read(
     problems = []
     for call in calls.to_pylist():
         book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
-        problems.extend(_toolcalls.check(book, call))
-    return errors, retries, problems
+        problems.extend(p for p in _toolcalls.check(book, call) if p.category == "schema_drift")
+    return local.filter(pc.invert(drift)), retries, problems
 
 
 def _flatten(table: pa.Table, column: str) -> pa.Table:

@@ -315,7 +315,7 @@ TRACE_FEATURES: Final = pa.schema(
             "heavy",
             pa.list_(pa.struct([*_SPOT, _f("input_tokens", pa.int64()), _f("output_tokens", pa.int64())])),
         ),
-        # findings that need nothing beyond the trace (error, schema_drift from identical retries)
+        # findings that need only the trace (error, schema_violation, schema_drift of identical retries)
         _f(
             "local_findings",
             pa.list_(
@@ -336,7 +336,7 @@ TRACE_FEATURES: Final = pa.schema(
                 )
             ),
         ),
-        # tool calls whose check needs every recorded schema version (they break a schema here)
+        # tool calls whose drift check needs every recorded schema version (they break the schema checked)
         _f(
             "calls",
             pa.list_(
@@ -357,7 +357,7 @@ TRACE_FEATURES: Final = pa.schema(
                 )
             ),
         ),
-        # tool lists first shown, and tool schemas enforced, in this batch by this trace
+        # the tool lists shown and the tool schemas enforced in the batch (on its first trace's row)
         _f(
             "tool_lists",
             pa.list_(pa.struct([_f("key", pa.string()), _f("first", pa.string()), _f("tools", pa.string())])),
