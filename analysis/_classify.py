@@ -358,7 +358,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
-    connection.execute(f"DROP VIEW IF EXISTS {_features.VIEW}")
+    _features.drop(dataset)
     with contextlib.suppress(Exception):  # registered only on the spans' path
         connection.unregister("_survey")
     return table

@@ -46,10 +46,12 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("tailcut.exporters")
 TABLE: Final = "trace_features"
+CHECKS_TABLE: Final = "trace_checks"
 #: Bumped whenever what the features hold or how they are computed changes (old rows are then not used).
 VERSION: Final = 1
-#: The relation the classifier reads them through.
+#: The relations the classifier reads them through.
 VIEW: Final = "_features"
+CHECKS_VIEW: Final = "_checks"
 
 
 def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
@@ -119,7 +121,9 @@ def _assemble_sql() -> str:
     local = ", ".join(f"'{c}': {c}" for c in _LOCAL_FIELDS)
     return f"""
 SELECT b.trace_id, b.start_time, b.span_count, $rules AS rules, b.llm_input_tokens, b.llm_output_tokens,
-       coalesce(r.roots, 0) AS roots, {roles}, r.heavy, l.local_findings, c.calls, t.tool_lists, e.enforced
+       coalesce(r.roots, 0) AS roots, {roles}, r.heavy, l.local_findings, c.calls, t.tool_lists, e.enforced,
+       (l.local_findings IS NOT NULL OR c.calls IS NOT NULL OR t.tool_lists IS NOT NULL
+        OR e.enforced IS NOT NULL)::INTEGER AS checks
 FROM _base b
 LEFT JOIN _roles r USING (trace_id)
 LEFT JOIN (SELECT trace_id, list({{{local}}}) AS local_findings FROM _local GROUP BY trace_id) l
@@ -166,15 +170,16 @@ class _Pieces:
         return expand(text, lambda sha: self.texts[(trace_id, sha)])  # KeyError: the piece is elsewhere
 
 
-def trace_features(spans: pa.Table, pieces: pa.Table) -> pa.Table | None:
-    """The ``trace_features`` rows of a batch of ``spans`` rows (and the ``pieces`` they carried), under
-    the default thresholds.
+def trace_features(spans: pa.Table, pieces: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+    """The ``trace_features`` and ``trace_checks`` rows of a batch of ``spans`` rows (and the ``pieces``
+    they carried), under the default thresholds.
 
     Returns None when the batch cannot be described on its own (a request put together from a piece
     that is not in the batch) or the computation fails (logged): its traces are then classified from
     their spans, so a failure here never costs a span.
     """
     import duckdb
+    import pyarrow.compute as pc
 
     from tailcut.analysis._classify import Thresholds
     from tailcut.exporters import schema
@@ -186,7 +191,12 @@ def trace_features(spans: pa.Table, pieces: pa.Table) -> pa.Table | None:
         )
         connection.register("batch", spans)
         connection.execute(_SPANS_VIEW)
-        return _features(connection, Thresholds()).cast(schema.TRACE_FEATURES)
+        table = _features(connection, Thresholds())
+        checks = table.filter(pc.equal(table["checks"], 1))
+        return (
+            table.select(schema.TRACE_FEATURES.names).cast(schema.TRACE_FEATURES),
+            checks.select(schema.TRACE_CHECKS.names).cast(schema.TRACE_CHECKS),
+        )
     except duckdb.Error as exc:
         if "tailcut_piece" not in str(exc):
             _logger.warning("trace features not computed for a batch of %d spans: %s", spans.num_rows, exc)
@@ -284,7 +294,7 @@ def _open_calls(
     from tailcut.analysis._classify import findings_schema, violation_rows
     from tailcut.exporters import schema
 
-    call_type = schema.TRACE_FEATURES.field("calls").type.value_type
+    call_type = schema.TRACE_CHECKS.field("calls").type.value_type
     kept, problems = [], []
     for call in _toolcalls.calls(connection, parameters):
         found = list(_toolcalls.check(book, call))
@@ -310,12 +320,13 @@ def _open_calls(
 
 _COVERAGE: Final = f"""
 SELECT count(*) = count(DISTINCT hash(trace_id)) AND coalesce(max(roots), 0) <= 1
-           AND bool_and(rules = $rules),
+           AND bool_and(rules = $rules)
+           AND coalesce(sum(checks), 0) = (SELECT count(*) FROM {CHECKS_VIEW}),
        coalesce(sum(span_count), 0)
 FROM {VIEW}
 """
-"""Whether the features hold one row per trace, one root per trace and the wanted rules; and the spans
-they count."""
+"""Whether the features hold one row per trace, one root per trace, the wanted rules and every checks
+row they were written with; and the spans they count."""
 
 
 @cache
@@ -354,6 +365,7 @@ def usable(dataset: Dataset, limits: Thresholds) -> bool:
     import duckdb
 
     from tailcut.analysis import _source
+    from tailcut.exporters import schema
 
     if not (limits.trust_recorded_counts and limits.trust_trace_signals):
         return False
@@ -366,6 +378,16 @@ def usable(dataset: Dataset, limits: Thresholds) -> bool:
         connection.execute(
             f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM read_parquet('{_source.quote(pattern)}')"
         )
+        checks = _source.table_glob(dataset.location, CHECKS_TABLE)
+        [(check_files,)] = connection.execute("SELECT count(*) FROM glob(?)", [checks]).fetchall()
+        if check_files:
+            connection.execute(
+                f"CREATE OR REPLACE TEMP VIEW {CHECKS_VIEW} AS "
+                f"SELECT * FROM read_parquet('{_source.quote(checks)}')"
+            )
+        else:
+            connection.register("_no_checks", schema.TRACE_CHECKS.empty_table())
+            connection.execute(f"CREATE OR REPLACE TEMP VIEW {CHECKS_VIEW} AS SELECT * FROM _no_checks")
         [(consistent, counted)] = connection.execute(
             _COVERAGE, {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors)}
         ).fetchall()
@@ -374,8 +396,14 @@ def usable(dataset: Dataset, limits: Thresholds) -> bool:
         consistent = False
     if consistent and counted == present:
         return True
-    connection.execute(f"DROP VIEW IF EXISTS {VIEW}")
+    drop(dataset)
     return False
+
+
+def drop(dataset: Dataset) -> None:
+    """Remove the views :func:`usable` made."""
+    for view in (VIEW, CHECKS_VIEW):
+        dataset.connection.execute(f"DROP VIEW IF EXISTS {view}")
 
 
 def read(
@@ -392,8 +420,7 @@ def read(
     roles = _roles_sql()
     connection.execute(roles, _rules.named_parameters(roles, parameters))
     stored = connection.sql(
-        f"SELECT local_findings, calls, tool_lists, enforced, trace_id FROM {VIEW} WHERE local_findings "
-        "IS NOT NULL OR calls IS NOT NULL OR tool_lists IS NOT NULL OR enforced IS NOT NULL"
+        f"SELECT local_findings, calls, tool_lists, enforced, trace_id FROM {CHECKS_VIEW}"
     ).to_arrow_table()
     local = _flatten(stored, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     drift = pc.equal(local["category"], "schema_drift")

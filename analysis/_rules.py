@@ -85,12 +85,12 @@ chosen AS (
        OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline)
 ),
 per_call AS (
-    SELECT c.agent, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
+    SELECT s.agent, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
            median(s.input_tokens + s.output_tokens) AS med_call,
            mad(s.input_tokens + s.output_tokens) AS mad_call,
            quantile_cont(s.input_tokens + s.output_tokens, 0.9) AS q90_call
-    FROM {{llm_calls}} s JOIN chosen c USING (trace_id)
-    GROUP BY c.agent
+    FROM {{llm_calls}} s
+    GROUP BY s.agent
 )
 SELECT agent, any_value(source) AS source, count(*) AS n,
        median(tokens) AS med_tokens, mad(tokens) AS mad_tokens,
@@ -110,17 +110,18 @@ FROM chosen LEFT JOIN per_call p USING (agent)
 GROUP BY agent
 """
 
-"""The reference's statistics; ``{llm_calls}`` is a relation of ``(trace_id, input_tokens, output_tokens)``,
-one row per ``llm`` span with input tokens (:func:`reference_sql`)."""
+"""The reference's statistics; ``{llm_calls}`` is a relation of ``(agent, input_tokens, output_tokens)``, one
+row per ``llm`` span with input tokens of the ``chosen`` traces (:func:`reference_sql`)."""
 
-#: The ``llm`` spans' tokens, from the spans or from the features written with them.
+#: The chosen traces' ``llm`` spans' tokens, from the spans or from the features written with them (joined
+#: per trace, then unnested: the lists of a trace's calls are much fewer rows than its calls).
 LLM_CALLS_FROM_SPANS: Final = (
-    "(SELECT trace_id, input_tokens, output_tokens FROM spans "
-    "WHERE kind = 'llm' AND input_tokens IS NOT NULL)"
+    "(SELECT c.agent, s.input_tokens, s.output_tokens FROM spans s JOIN chosen c USING (trace_id) "
+    "WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL)"
 )
 LLM_CALLS_FROM_FEATURES: Final = (
-    "(SELECT trace_id, unnest(llm_input_tokens) AS input_tokens, unnest(llm_output_tokens) AS output_tokens "
-    "FROM _features)"
+    "(SELECT c.agent, unnest(f.llm_input_tokens) AS input_tokens, "
+    "unnest(f.llm_output_tokens) AS output_tokens FROM _features f JOIN chosen c USING (trace_id))"
 )
 
 

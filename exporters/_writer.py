@@ -57,6 +57,7 @@ _SORT_KEYS: Final = {
     "traces": [("trace_id", "ascending")],
     "pieces": [("trace_id", "ascending")],
     "trace_features": [("trace_id", "ascending")],
+    "trace_checks": [("trace_id", "ascending")],
 }
 
 
@@ -225,14 +226,14 @@ class DataDirWriter:
         self._write("traces", table, days)
 
     def _write_features(self, spans: pa.Table, pieces: pa.Table) -> None:
-        """Add the classifier's ``trace_features`` rows of the spans just written (see
-        :mod:`tailcut.analysis._features`; none when they cannot be computed)."""
+        """Add the classifier's ``trace_features`` and ``trace_checks`` rows of the spans just written
+        (see :mod:`tailcut.analysis._features`; none when they cannot be computed)."""
         from tailcut.analysis._features import trace_features
 
-        features = trace_features(spans, pieces) if spans.num_rows else None
-        if features is not None:
-            days = np.floor_divide(features.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
-            self._write("trace_features", features, days)
+        tables = trace_features(spans, pieces) if spans.num_rows else None
+        for name, table in zip(("trace_features", "trace_checks"), tables or (), strict=True):
+            days = np.floor_divide(table.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
+            self._write(name, table, days)
 
     def flush_if_due(self) -> None:
         """Publish every partition whose oldest unpublished row is ``roll_seconds`` old."""

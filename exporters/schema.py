@@ -315,6 +315,18 @@ TRACE_FEATURES: Final = pa.schema(
             "heavy",
             pa.list_(pa.struct([*_SPOT, _f("input_tokens", pa.int64()), _f("output_tokens", pa.int64())])),
         ),
+        _f("checks", pa.int32(), False),  # rows of trace_checks written with this one (0 or 1)
+    ],
+    metadata={TABLE_KEY: b"trace_features", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+#: ``DATA/trace_checks``: the lists of ``trace_features``, kept apart so that reading the features never
+#: decodes them (they are rare: a trace's findings and open tool calls, and on one row per batch the tool
+#: lists shown and schemas enforced). One row per trace that has any, written with its features row.
+TRACE_CHECKS: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("start_time", TIMESTAMP, False),  # as in trace_features (the partition day)
         # findings that need only the trace (error, schema_violation, schema_drift of identical retries)
         _f(
             "local_findings",
@@ -367,7 +379,7 @@ TRACE_FEATURES: Final = pa.schema(
             pa.list_(pa.struct([_f("tool", pa.string()), _f("sha", pa.string()), _f("schema", pa.string())])),
         ),
     ],
-    metadata={TABLE_KEY: b"trace_features", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+    metadata={TABLE_KEY: b"trace_checks", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
 TABLES: Final = {
@@ -375,6 +387,7 @@ TABLES: Final = {
     "traces": TRACES,
     "pieces": PIECES,
     "trace_features": TRACE_FEATURES,
+    "trace_checks": TRACE_CHECKS,
     "corpus_runs": CORPUS_RUNS,
     "corpus_envelopes": CORPUS_ENVELOPES,
     "replay_results": REPLAY_RESULTS,

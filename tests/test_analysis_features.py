@@ -69,12 +69,13 @@ def test_the_written_features_find_what_reading_every_span_finds(recorded, thres
 
 def test_one_row_per_trace_with_its_roles_and_local_findings(recorded):
     features = read_table(recorded, "trace_features")
+    checks = read_table(recorded, "trace_checks")
     spans = read_table(recorded, "spans")
     assert features.num_rows == len(set(spans["trace_id"].to_pylist()))
     assert sum(features["span_count"].to_pylist()) == spans.num_rows
     assert set(features["roots"].to_pylist()) == {1}
     assert set(features["root_kind"].to_pylist()) == {"root"}
-    local = [f["category"] for row in features["local_findings"].to_pylist() for f in row or ()]
+    local = [f["category"] for row in checks["local_findings"].to_pylist() for f in row or ()]
     assert "error" in local and "schema_drift" in local  # identical failed retries need only the trace
     rules = set(features["rules"].to_pylist())
     assert rules == {_features.rules_key(Thresholds().drift_min_attempts, Thresholds().transient_errors)}
@@ -163,3 +164,13 @@ def test_one_batch_of_the_same_spans_is_classified_from_its_features(tmp_path):
         ("cd" * 16, "error", "tool"),
     ]
     assert fast.equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
+
+
+def test_features_whose_checks_rows_are_missing_are_not_used(recorded, tmp_path):
+    partial = tmp_path / "partial"
+    shutil.copytree(recorded, partial)
+    shutil.rmtree(partial / "findings", ignore_errors=True)
+    shutil.rmtree(partial / "trace_checks")  # as if read between the two files' publication
+    dataset = Dataset(partial)
+    assert not _features.usable(dataset, Thresholds())
+    assert dataset.classify().equals(Dataset(recorded).classify())
