@@ -117,7 +117,13 @@ _SUSPECTS: Final = {
 #: The tools a third-party ``llm`` span's request listed (such spans carry no hash of them).
 REQUEST_TOOLS: Final = (
     f"CASE WHEN kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL "
-    "THEN json_extract(request, '$.tools')::VARCHAR END"
+    """AND contains(CAST(request AS VARCHAR), '"tools"') THEN json_extract(request, '$.tools')::VARCHAR END"""
+)
+#: Whether an ``llm`` span's response may hold a tool call: every call item of the four shapes names
+#: ``function``, ``tool_call`` or ``tool_use`` (a response without those words is not parsed).
+_MAY_CALL_TOOLS: Final = (
+    "(contains(CAST(response AS VARCHAR), 'function') OR contains(CAST(response AS VARCHAR), 'tool_call') "
+    "OR contains(CAST(response AS VARCHAR), 'tool_use'))"
 )
 #: Whether a span's ``response`` says a retriever found nothing (NULL for every other span).
 _EMPTY_RESULT: Final = (
@@ -140,6 +146,7 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        CASE WHEN kind = 'llm' AND (NOT $trust_recorded_counts OR tools_key IS NULL
                                    OR coalesce(recorded_violations, 1) > 0
                                    OR list_contains($suspect_keys, tools_key))
+                 AND {_MAY_CALL_TOOLS}
             THEN response END AS response,
        {{request_tools}} AS request_tools,
        {_EMPTY_RESULT} AS empty_result

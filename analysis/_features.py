@@ -62,6 +62,17 @@ def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ writing
 
+_BATCH: Final = """
+CREATE TEMP TABLE _batch AS
+SELECT * EXCLUDE (resource, events, links) REPLACE (
+    CASE WHEN kind = 'llm' THEN request END AS request,
+    CASE WHEN kind IN ('llm', 'retriever') THEN response END AS response)
+FROM batch
+"""
+"""The batch, copied once into DuckDB (converting its Arrow ``attributes`` map once, not in every query),
+without what no rule reads (resources, events, links, payloads of spans other than LLM calls and
+retrievals)."""
+
 _SPANS_VIEW: Final = f"""
 CREATE VIEW spans AS SELECT * REPLACE (
     timezone('UTC', make_timestamp_ns(start_time_ns)) AS start_time,
@@ -70,16 +81,29 @@ CREATE VIEW spans AS SELECT * REPLACE (
          THEN CAST(tailcut_piece(trace_id, CAST(request AS VARCHAR)) AS JSON) ELSE request END AS request,
     CASE WHEN attributes['{attr.RESPONSE_PIECED}'] = 'true'
          THEN CAST(tailcut_piece(trace_id, CAST(response AS VARCHAR)) AS JSON) ELSE response END AS response)
-FROM batch
+FROM _batch
 """
 """The batch as the ``spans`` view presents it: nanosecond times, payloads put back from their pieces."""
+
+_SHAPE: Final = f"""
+SELECT min(trace_id),
+       count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL),
+       count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL),
+       count(*) FILTER (WHERE kind = 'tool' AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL),
+       coalesce(bool_or(status_code = 'ERROR' AND parent_span_id IS NULL), false),
+       coalesce(bool_or(kind = 'tool' AND attempt > 1), false)
+FROM _batch
+"""
+"""What the batch holds: its first trace, ``llm`` spans without and with a hash of their tools, tool spans
+that enforce a schema, whether a root failed and whether a tool call was retried (queries that could
+find nothing are not run)."""
 
 _FIRST_LISTS: Final = f"""
 SELECT key, first, trace_id, span_id FROM (
     SELECT attributes['{attr.TOOLS_SHA256}'] AS key, trace_id, span_id, trace_id || span_id AS first,
            row_number() OVER (PARTITION BY attributes['{attr.TOOLS_SHA256}']
                               ORDER BY trace_id || span_id) AS n
-    FROM batch WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL
+    FROM _batch WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL
 ) WHERE n = 1
 """
 """The first span (by trace and span id) showing each tool list of the batch."""
@@ -92,14 +116,14 @@ FROM _first_lists f JOIN spans s USING (trace_id, span_id)
 _ENFORCED: Final = f"""
 SELECT tool_name AS tool, attributes['{attr.TOOL_SCHEMA_SHA256}'] AS sha,
        any_value(attributes['{attr.TOOL_SCHEMA}']) AS schema, min(trace_id) AS trace_id
-FROM batch
+FROM _batch
 WHERE kind = 'tool' AND tool_name IS NOT NULL AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL
 GROUP BY ALL
 """
 
 _CANDIDATES: Final = """
 CREATE TEMP TABLE _candidates AS
-SELECT hash(trace_id) AS trace, true AS repeats, [max(depth)] AS deep FROM batch GROUP BY trace_id
+SELECT hash(trace_id) AS trace, true AS repeats, [max(depth)] AS deep FROM _batch GROUP BY trace_id
 """
 
 _BASE: Final = """
@@ -108,7 +132,7 @@ SELECT trace_id, min(start_time) AS start_time, count(*)::INTEGER AS span_count,
            AS llm_input_tokens,
        list(output_tokens ORDER BY span_index) FILTER (WHERE kind = 'llm' AND input_tokens IS NOT NULL)
            AS llm_output_tokens
-FROM batch GROUP BY trace_id
+FROM _batch GROUP BY trace_id
 """
 
 _LOCAL_FIELDS: Final = [c for c in _rules.FINDING_COLUMNS if c != "trace_id"]
@@ -184,12 +208,13 @@ def trace_features(spans: pa.Table, pieces: pa.Table) -> tuple[pa.Table, pa.Tabl
     from tailcut.analysis._classify import Thresholds
     from tailcut.exporters import schema
 
-    connection = duckdb.connect()
+    connection = duckdb.connect(config={"threads": 1})  # small batches: threads cost more than they save
     try:
         connection.create_function(
             "tailcut_piece", _Pieces(pieces), ["VARCHAR", "VARCHAR"], "VARCHAR", null_handling="special"
         )
         connection.register("batch", spans)
+        connection.execute(_BATCH)
         connection.execute(_SPANS_VIEW)
         table = _features(connection, Thresholds())
         checks = table.filter(pc.equal(table["checks"], 1))
@@ -214,9 +239,14 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
 
     from tailcut.analysis._classify import findings_schema
 
-    connection.register("_first_lists", connection.sql(_FIRST_LISTS).to_arrow_table())
-    lists = [(first, key, tools) for key, first, _, tools in connection.execute(_LIST_TOOLS).fetchall()]
-    enforced = [(tool, sha, schema) for tool, sha, schema, _ in connection.execute(_ENFORCED).fetchall()]
+    [(owner, third_party, listed, enforcing, failed_root, retried)] = connection.execute(_SHAPE).fetchall()
+    lists: list[tuple[str, str, str | None]] = []
+    if listed:
+        connection.register("_first_lists", connection.sql(_FIRST_LISTS).to_arrow_table())
+        lists = [(first, key, tools) for key, first, _, tools in connection.execute(_LIST_TOOLS).fetchall()]
+    enforced: list[tuple[str, str, str | None]] = []
+    if enforcing:
+        enforced = [(tool, sha, schema) for tool, sha, schema, _ in connection.execute(_ENFORCED).fetchall()]
     book = _toolcalls.load_schema_book(lists, enforced)
     parameters = {
         **limits.parameters(),
@@ -224,26 +254,23 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         "suspect_keys": _locally_suspect(book, enforced),
     }
     connection.execute(_CANDIDATES)
-    [(third_party,)] = connection.execute(
-        f"SELECT count(*) FROM batch WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL"
-    ).fetchall()
     rows = _candidates.ROWS_SQL.replace(
         "{request_tools}", _candidates.REQUEST_TOOLS if third_party else "NULL::VARCHAR"
     )
     connection.execute(rows, _rules.named_parameters(rows, parameters))
     connection.execute(f"CREATE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
-    if others := _toolcalls.third_party_lists(connection):
+    if third_party and (others := _toolcalls.third_party_lists(connection)):
         lists = [*lists, *others]
         book = _toolcalls.load_schema_book(lists, enforced)
     calls, violations = _open_calls(connection, book, parameters)
     local = [
         connection.sql(q, params=_rules.named_parameters(q, parameters)).to_arrow_table()
-        for q in (_rules.ERROR_SQL, _rules.RETRIES_SQL)
+        for q, needed in ((_rules.ERROR_SQL, failed_root), (_rules.RETRIES_SQL, retried))
+        if needed
     ]
     local = [t.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema()) for t in local]
     connection.register("_local", pa.concat_tables([*local, violations]))
     connection.register("_calls", calls)
-    [(owner,)] = connection.execute("SELECT min(trace_id) FROM batch").fetchall()
     connection.register(
         "_lists",
         pa.table(
@@ -296,7 +323,8 @@ def _open_calls(
 
     call_type = schema.TRACE_CHECKS.field("calls").type.value_type
     kept, problems = [], []
-    for call in _toolcalls.calls(connection, parameters):
+    [(responses,)] = connection.execute("SELECT count(response) FROM _rows WHERE kind = 'llm'").fetchall()
+    for call in _toolcalls.calls(connection, parameters) if responses else ():
         found = list(_toolcalls.check(book, call))
         problems.extend(found)
         shown = book.shown.get(call["tools_key"] or "", {}).get(call["tool"])
@@ -449,3 +477,53 @@ def _flatten(table: pa.Table, column: str) -> pa.Table:
     structs = pc.list_flatten(values)
     owners = pc.take(table.column("trace_id"), pc.list_parent_indices(values))
     return pa.Table.from_struct_array(structs).append_column("trace_id", owners)
+
+
+class FeatureWorker:
+    """Computes :func:`trace_features` of the batches a writer hands over, on a thread of its own.
+
+    DuckDB releases the GIL while it runs, so the features of one batch are computed while the writer's
+    caller goes on normalising the next. At most ``pending`` batches wait (:meth:`submit` blocks beyond
+    that); the finished tables are taken back with :meth:`finished`, after :meth:`wait` when every one is
+    needed (before a flush). The worker never touches the writer, so it cannot deadlock with it.
+    """
+
+    def __init__(self, *, pending: int = 2) -> None:
+        import queue
+        import threading
+
+        self._jobs: queue.Queue[tuple[pa.Table, pa.Table] | None] = queue.Queue(maxsize=pending)
+        self._lock = threading.Lock()
+        self._done: list[tuple[pa.Table, pa.Table]] = []
+        self._thread = threading.Thread(target=self._run, name="tailcut-trace-features", daemon=True)
+        self._thread.start()
+
+    def submit(self, spans: pa.Table, pieces: pa.Table) -> None:
+        """Queue a batch's ``spans`` rows and their ``pieces``."""
+        self._jobs.put((spans, pieces))
+
+    def wait(self) -> None:
+        """Return once every batch submitted so far is computed."""
+        self._jobs.join()
+
+    def finished(self) -> list[tuple[pa.Table, pa.Table]]:
+        """The ``(trace_features, trace_checks)`` tables computed since the last call."""
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def stop(self) -> None:
+        """Finish the queued batches and end the thread."""
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                tables = trace_features(*job)  # never raises: a failure is logged, the batch has none
+                if tables is not None:
+                    with self._lock:
+                        self._done.append(tables)
+            finally:
+                self._jobs.task_done()
+        self._jobs.task_done()

@@ -198,6 +198,9 @@ class DataDirWriter:
         except OSError as exc:
             raise DataDirError(f"cannot use data dir {self.location}: {exc.strerror or exc}") from None
         self._worker = _Worker() if background else None
+        from tailcut.analysis._features import FeatureWorker
+
+        self._features = FeatureWorker()
 
     # --- public ------------------------------------------------------------------------------------------
     def write_spans(self, table: pa.Table) -> None:
@@ -226,14 +229,17 @@ class DataDirWriter:
         self._write("traces", table, days)
 
     def _write_features(self, spans: pa.Table, pieces: pa.Table) -> None:
-        """Add the classifier's ``trace_features`` and ``trace_checks`` rows of the spans just written
-        (see :mod:`tailcut.analysis._features`; none when they cannot be computed)."""
-        from tailcut.analysis._features import trace_features
+        """Hand the spans just written to the features worker, and add the ``trace_features`` and
+        ``trace_checks`` rows it finished (see :mod:`tailcut.analysis._features`)."""
+        if spans.num_rows:
+            self._features.submit(spans, pieces)
+        self._take_features()
 
-        tables = trace_features(spans, pieces) if spans.num_rows else None
-        for name, table in zip(("trace_features", "trace_checks"), tables or (), strict=True):
-            days = np.floor_divide(table.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
-            self._write(name, table, days)
+    def _take_features(self) -> None:
+        for tables in self._features.finished():
+            for name, table in zip(("trace_features", "trace_checks"), tables, strict=True):
+                days = np.floor_divide(table.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
+                self._write(name, table, days)
 
     def flush_if_due(self) -> None:
         """Publish every partition whose oldest unpublished row is ``roll_seconds`` old."""
@@ -248,6 +254,9 @@ class DataDirWriter:
         """Write and publish everything written so far (returns once it is on disk)."""
         with self._lock:
             self._raise_failure()
+            if not self._closed:
+                self._features.wait()
+                self._take_features()
             for key, partition in list(self._partitions.items()):
                 self._publish(key, partition)
             if self._worker is not None:
@@ -259,10 +268,15 @@ class DataDirWriter:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+            try:
+                self._features.wait()
+                self._take_features()
+            finally:
+                self._closed = True
             try:
                 self.flush()
             finally:
+                self._features.stop()
                 if self._worker is not None:
                     self._worker.stop()
                 if self._remote is not None:
@@ -275,6 +289,7 @@ class DataDirWriter:
         """
         with self._lock:
             self._closed = True
+            self._features.stop()
             if self._worker is not None:
                 self._worker.failure = self._worker.failure or DataDirError("the writer was aborted")
                 self._worker.stop()
