@@ -87,9 +87,14 @@ fixed per rule: ``error`` 1.0 (0.9 when the root failed with no failed child), `
 twice its threshold else 0.7, ``silent_degradation`` 0.9 for a failed outcome, 0.8 cut off or empty,
 0.7 low score only.
 
-The rules are evaluated traces-first: one survey of every span and the ``traces`` table name the traces
-that may show a category, and only their spans are read for the rules (:mod:`._candidates` explains
-why that set is complete and what it costs).
+The rules are evaluated from the per-trace features the writers stored with the spans (``trace_features``
+and ``trace_checks``, :mod:`._features`) when those describe exactly the spans present: no payload is read
+then. Otherwise (a data dir written before them, a trace written in two batches, the exhaustive
+``Thresholds(trust_recorded_counts=False, trust_trace_signals=False)``) they are evaluated traces-first:
+one survey of every span and the ``traces`` table name the traces that may show a category, and only their
+spans are read for the rules (:mod:`._candidates` explains why that set is complete and what it costs).
+Both ways compute the same roles (:data:`._rules.ROLES_SQL`) and judge them with the same SQL; robust
+z-scores are always computed at classify time, from the ``traces`` rows and the ``llm`` spans' tokens.
 """
 
 from __future__ import annotations

@@ -9,7 +9,12 @@ They run over small tables the classifier builds first, never over the Parquet f
 * ``_scores`` (:data:`SCORES_SQL`): the kept traces whose cost or structure z-scores pass a threshold;
 * ``_rows``: the spans the rules read (boundary spans, failed spans, roots, the deepest spans) of the
   traces that may show a category, with the attributes and payload parts the rules use (see
-  :mod:`._candidates`, which also explains why that set is enough).
+  :mod:`._candidates`, which also explains why that set is enough);
+* ``_roles`` (:data:`ROLES_SQL`): per trace, the spans ``tool_loop``, ``cost_blowup`` and
+  ``silent_degradation`` may point at, from ``_rows`` or from the features the writers stored.
+
+``ERROR_SQL`` and ``RETRIES_SQL`` read ``_rows``; the writers run them on each batch they write
+(:mod:`._features`), the classifier only on the spans' path.
 """
 
 from __future__ import annotations

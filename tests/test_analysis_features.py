@@ -8,6 +8,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tailcut
 from tailcut.analysis import Dataset, Thresholds, _features
@@ -174,3 +176,75 @@ def test_features_whose_checks_rows_are_missing_are_not_used(recorded, tmp_path)
     dataset = Dataset(partial)
     assert not _features.usable(dataset, Thresholds())
     assert dataset.classify().equals(Dataset(recorded).classify())
+
+
+KINDS = ("llm", "tool", "retriever", "memory", "agent")
+
+
+@st.composite
+def traces(draw) -> list[dict]:
+    """A few traces of random shape: kinds, failures, retries, repeated calls, tokens, outcomes."""
+    spans: list[dict] = []
+    for t in range(draw(st.integers(4, 12))):
+        trace_id = f"{t + 1:032x}"
+        base = 1_700_000_000_000_000_000 + t * 10**10
+        count = draw(st.integers(1, 7))
+        root_outcome = draw(st.sampled_from([None, "pass", "fail"]))
+        spans.append(
+            {
+                "trace_id": trace_id,
+                "span_id": f"{t + 1:08x}{0:08x}",
+                "parent_span_id": None,
+                "name": "agent",
+                "kind": "root",
+                "agent_name": "support",
+                "start": base,
+                "end": base + (count + 1) * 10**6 * draw(st.integers(1, 40)),
+                "status_code": draw(st.sampled_from(["UNSET", "UNSET", "ERROR"])),
+                "attributes": [("tailcut.outcome", root_outcome)] if root_outcome else [],
+            }
+        )
+        for i in range(1, count):
+            kind = draw(st.sampled_from(KINDS))
+            parent = draw(st.integers(0, i - 1))
+            start = base + i * 10**6 + draw(st.integers(0, 3)) * 10**5  # ties in start order happen
+            span = {
+                "trace_id": trace_id,
+                "span_id": f"{t + 1:08x}{i:08x}",
+                "parent_span_id": f"{t + 1:08x}{parent:08x}",
+                "name": kind,
+                "kind": kind,
+                "start": start,
+                "end": start + draw(st.integers(1, 9)) * 10**5,
+                "status_code": draw(st.sampled_from(["UNSET", "UNSET", "ERROR"])),
+                "error_type": draw(st.sampled_from([None, "TimeoutError", "Rejected"])),
+                "seq": i,
+                "boundary": f"{kind}:x" if kind != "agent" else None,
+            }
+            if kind == "llm":
+                span["input_tokens"] = draw(st.integers(0, 2000))
+                span["output_tokens"] = draw(st.integers(0, 300))
+                span["finish_reason"] = draw(st.sampled_from([None, "stop", "length"]))
+            if kind == "tool":
+                span["tool_name"] = draw(st.sampled_from(["lookup", "ship"]))
+                span["attempt"] = draw(st.sampled_from([1, 1, 2]))
+                span["request_sha256"] = draw(st.sampled_from(["a" * 64, "b" * 64, None]))
+            spans.append(span)
+    return spans
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spans=traces())
+def test_features_agree_with_the_spans_on_random_traces(tmp_path_factory, spans):
+    from tailcut.exporters._signals import trace_rows
+
+    data = tmp_path_factory.mktemp("random") / "data"
+    table = spans_table(spans)
+    with DataDirWriter(data) as writer:
+        writer.write_spans(table)
+        writer.write_traces(
+            trace_rows(table, kept=True, decision_reason="ingested", inclusion_probability=1.0)
+        )
+    for thresholds in ({"min_baseline": 3, "cost_z": 1.5, "structure_z": 1.0}, {"loop_min_repeats": 2}):
+        fast, slow = classify_both(data, **thresholds)
+        assert fast.equals(slow), (thresholds, fast.to_dicts(), slow.to_dicts())
