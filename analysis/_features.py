@@ -1,20 +1,22 @@
 """The classifier's per-trace features: computed once when a trace's spans are written, read at classify time.
 
-**On write** (:func:`trace_features`, called by ``DataDirWriter.write_spans`` for every batch: the
-collector, ``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run
-through the classifier's own SQL, in a private DuckDB connection: ``_rows`` (:data:`._candidates.ROWS_SQL`)
-over every trace of the batch, its roles (:data:`._rules.ROLES_SQL`), the rules that need nothing beyond
-the trace (:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is
-checked against the tool list of its own request), and the tool-call checks of :mod:`._toolcalls` against
-the tool lists and schemas the batch shows. One ``trace_features`` row per trace keeps the results: the
-roles, those findings, the tool calls that break the schema they are checked against (whether another
-recorded version of the tool's schema explains them, ``schema_drift``, is only known over the whole data
-dir) with jsonschema's verdicts against every version the batch holds, the batch's tool lists and
-enforced schemas (on its first trace's row), and the tokens of each trace's ``llm`` spans.
+**On write** (:func:`trace_features`, run for every batch ``DataDirWriter.write_spans`` writes, on the
+thread of a :class:`FeatureWorker`: the collector, ``tailcut ingest`` and the in-process exporter all write
+through it) the batch's spans run through the classifier's own SQL, in a private DuckDB connection:
+``_rows`` (:data:`._candidates.ROWS_SQL`) over every trace of the batch, its roles
+(:data:`._rules.ROLES_SQL`), the rules that need nothing beyond the trace (:data:`._rules.ERROR_SQL`,
+:data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is checked against the tool list of its own
+request), and the tool-call checks of :mod:`._toolcalls` against the tool lists and schemas the batch
+shows. One ``trace_features`` row per trace keeps its span count, the tokens of its ``llm`` spans and its
+roles; one ``trace_checks`` row, for the traces that have any, the rest: those findings, the tool calls
+that break the schema they are checked against (whether another recorded version of the tool's schema
+explains them, ``schema_drift``, is only known over the whole data dir) with jsonschema's verdicts against
+every version the batch holds, and (on the batch's first trace) the batch's tool lists and enforced schemas.
 
 **On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
 spans when they describe exactly the spans present: every span counted by one row (no trace written in two
-batches, no file written before the features existed), one root per trace, and the same ``rules`` key
+batches, no file written before the features existed), every ``trace_checks`` row they were written with
+present, one root per trace, and the same ``rules`` key
 (version, ``drift_min_attempts``, ``transient_errors``); otherwise, and when the caller asked for the
 exhaustive classification (``trust_recorded_counts`` or ``trust_trace_signals`` false), the spans are read as
 before. Robust z-scores are still computed at classify time, from the ``traces`` rows and the stored tokens.
