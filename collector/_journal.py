@@ -138,7 +138,8 @@ class Published(NamedTuple):
 
 
 def published(data_dir: str, names: Iterable[str]) -> Published:
-    """Read back the trace ids (and span positions) of the published files among ``names``.
+    """Read back the trace ids (and span positions) of the published files among ``names`` (those of
+    ``traces/`` and ``spans/``; the other tables, derived from the spans, are skipped).
 
     ``data_dir`` is a local path or an ``s3://`` URL: a remote data dir is read where it is.
 
@@ -161,6 +162,8 @@ def published(data_dir: str, names: Iterable[str]) -> Published:
                 table = pq.read_table(path, columns=["trace_id"], filesystem=filesystem)
                 found.rows.update(table.column("trace_id").to_pylist())
                 continue
+            if not name.startswith("spans/"):
+                continue  # pieces, trace features: derived from the spans, they say nothing of what to skip
             table = pq.read_table(path, columns=["trace_id", "span_index"], filesystem=filesystem)
         except (OSError, pa.ArrowException) as exc:
             raise CollectorError(
