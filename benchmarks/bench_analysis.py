@@ -3,8 +3,9 @@
 Goal (issues 5 and 15): classifying 1M spans takes under 10x the time DuckDB takes to scan the spans table
 once (``SELECT count(*), sum(duration_ms) FROM spans``), both measured here in the same run. The writer
 stores the per-trace features the classifier reads (``trace_features``, ``trace_checks``) as it writes
-the spans, so the build includes computing them; the exhaustive classification below reads the spans. Also times the
-tree macros and compares the nested-set descendant query with the recursive CTE on the same data.
+the spans, so the build includes computing them; the exhaustive classification below reads the spans.
+Also times the tree macros and compares the nested-set descendant query with the recursive CTE on the same
+data.
 
 The data dir is generated directly as Arrow tables (no SDK in the loop) with the schema module and written
 with ``DataDirWriter``: support-agent traces (root → agent → memory, retriever, LLM calls with tools, tool
