@@ -66,14 +66,16 @@ def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
 
 _BATCH: Final = """
 CREATE TEMP TABLE _batch AS
-SELECT * EXCLUDE (resource, events, links) REPLACE (
-    CASE WHEN kind = 'llm' THEN request END AS request,
-    CASE WHEN kind IN ('llm', 'retriever') THEN response END AS response)
+SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occurrence, seq, attempt,
+       start_time, end_time, start_time_ns, end_time_ns, span_index, depth, status_code, error_type,
+       status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens, finish_reason,
+       attributes,
+       CASE WHEN kind = 'llm' THEN request END AS request,
+       CASE WHEN kind IN ('llm', 'retriever') THEN response END AS response
 FROM batch
 """
-"""The batch, copied once into DuckDB (converting its Arrow ``attributes`` map once, not in every query),
-without what no rule reads (resources, events, links, payloads of spans other than LLM calls and
-retrievals)."""
+"""The columns of the batch the rules read, copied once into DuckDB (converting the Arrow ``attributes``
+map once, not in every query; payloads only of LLM calls and retrievals)."""
 
 _SPANS_VIEW: Final = f"""
 CREATE VIEW spans AS SELECT * REPLACE (
