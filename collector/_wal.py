@@ -2,8 +2,9 @@
 
 Layout: ``DIR/<segment number, 20 digits>.wal`` plus ``DIR/LOCK`` (held with ``flock`` so two collectors
 never share a log). A record is ``length (u32) | crc32 (u32) | type (u8) | payload``, the checksum over
-type and payload; reading a segment stops at its first short or damaged record (the tail a crash or a
-full disk left), and the next segment is read from its start. What the records mean is
+type and payload (zlib's CRC-32, computed by zlib-ng's vectorised code: the same values, several
+times faster on request-sized records); reading a segment stops at its first short or damaged record
+(the tail a crash or a full disk left), and the next segment is read from its start. What the records mean is
 :mod:`tailcut.collector._journal`'s business; this module only appends, reads back, fsyncs and deletes.
 
 Appends are one unbuffered ``write()`` each (several records at once when given together), so a record
@@ -38,10 +39,11 @@ import os
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Final
+
+from zlib_ng.zlib_ng import crc32
 
 from tailcut.collector._errors import CollectorError
 from tailcut.exporters._location import is_remote
@@ -186,7 +188,7 @@ class WriteAheadLog:
                 length, checksum, kind = _HEADER.unpack_from(data, position)
                 start = position + _HEADER.size
                 end = start + length
-                if end > len(data) or zlib.crc32(data[start:end], zlib.crc32(bytes((kind,)))) != checksum:
+                if end > len(data) or crc32(data[start:end], crc32(bytes((kind,)))) != checksum:
                     break
                 yield number, kind, data[start:end]
                 position = end
@@ -206,7 +208,7 @@ class WriteAheadLog:
         for kind, payload in records:
             if len(payload) >= _MAX_RECORD:
                 raise WalFailure(f"a write-ahead log record of {len(payload)} bytes is too large")
-            checksum = zlib.crc32(payload, zlib.crc32(bytes((kind,))))
+            checksum = crc32(payload, crc32(bytes((kind,))))
             frames.append(_HEADER.pack(len(payload), checksum, kind))
             frames.append(payload)
         data = b"".join(frames)
