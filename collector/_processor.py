@@ -66,7 +66,7 @@ from tailcut.collector._journal import (
     spans_record,
 )
 from tailcut.collector._metrics import TS, CollectorMetrics
-from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, overloaded, parse_framed
+from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, overloaded, request_spans
 from tailcut.collector._receivers import IngestResult
 from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
@@ -485,10 +485,10 @@ class Processor:
     def _ingest(self, body: bytes | bytearray, transport: str, now: float) -> IngestResult:
         """Buffer the spans of a request (also a replayed one: then no early decisions).
 
-        :func:`~tailcut.collector._otlp.parse_framed` validates the whole request first, so a malformed
+        :func:`~tailcut.collector._otlp.request_spans` validates the whole request first, so a malformed
         one is refused (400) before anything is buffered.
         """
-        request = parse_framed(body)
+        scopes = request_spans(body)
         replaying = self._replaying
         buffer = self.buffer
         pending_get = buffer.pending.get
@@ -496,53 +496,49 @@ class Processor:
         span_keys = self.span_keys
         max_spans = self.max_spans
         touched = self._touched
-        from_string = SpanFacts.FromString
         accepted = rejected = new_traces = 0
         late: dict[bytes, list[tuple[bytes, Origin]]] = {}
-        for resource_spans in request.resource_spans:
-            resource = resource_spans.resource
-            for scope_spans in resource_spans.scope_spans:
-                origin = self._origin(resource, scope_spans.scope)
-                for data in scope_spans.spans:
-                    span = from_string(data)
-                    trace_id = span.trace_id
-                    span_id = span.span_id
-                    parent = span.parent_span_id
-                    if (
-                        len(trace_id) != 16
-                        or len(span_id) != 8
-                        or trace_id == _ZERO_TRACE
-                        or span_id == _ZERO_SPAN
-                        or (parent and len(parent) != 8)
-                    ):
-                        rejected += 1
+        for resource, scope, pairs in scopes:
+            origin = self._origin(resource, scope)
+            for data, span in pairs:
+                trace_id = span.trace_id
+                span_id = span.span_id
+                parent = span.parent_span_id
+                if (
+                    len(trace_id) != 16
+                    or len(span_id) != 8
+                    or trace_id == _ZERO_TRACE
+                    or span_id == _ZERO_SPAN
+                    or (parent and len(parent) != 8)
+                ):
+                    rejected += 1
+                    continue
+                accepted += 1
+                trace = pending_get(trace_id)
+                if trace is None:
+                    if trace_id in open_rows or self._cached(trace_id):
+                        late.setdefault(trace_id, []).append((data, origin))
                         continue
-                    accepted += 1
-                    trace = pending_get(trace_id)
-                    if trace is None:
-                        if trace_id in open_rows or self._cached(trace_id):
-                            late.setdefault(trace_id, []).append((data, origin))
-                            continue
-                        trace = buffer.create(trace_id, now)
-                        new_traces += 1
-                    touched[trace_id] = trace.hold
-                    attributes = span.attributes
-                    record = buffered_span(span, attributes, span_id, parent, data, origin, trace.tally)
-                    if not parent:
-                        if trace.root is None:
-                            trace.root = root_facts(span)
-                    elif record.kind == "agent" and trace.agent_name is None:
-                        trace.agent_name = agent_name(span)
-                    if span_keys:
-                        values = trace.values
-                        for key in span_keys:
-                            raw = attributes.get(key)
-                            if raw is not None:
-                                values.setdefault(key, []).append(any_value(raw))
-                    buffer.add(trace, record, not parent, now)
-                    if len(trace.spans) >= max_spans and not replaying:
-                        buffer.remove(trace)
-                        self._decide(trace, "max_spans", now)
+                    trace = buffer.create(trace_id, now)
+                    new_traces += 1
+                touched[trace_id] = trace.hold
+                attributes = span.attributes
+                record = buffered_span(span, attributes, span_id, parent, data, origin, trace.tally)
+                if not parent:
+                    if trace.root is None:
+                        trace.root = root_facts(span)
+                elif record.kind == "agent" and trace.agent_name is None:
+                    trace.agent_name = agent_name(span)
+                if span_keys:
+                    values = trace.values
+                    for key in span_keys:
+                        raw = attributes.get(key)
+                        if raw is not None:
+                            values.setdefault(key, []).append(any_value(raw))
+                buffer.add(trace, record, not parent, now)
+                if len(trace.spans) >= max_spans and not replaying:
+                    buffer.remove(trace)
+                    self._decide(trace, "max_spans", now)
         if accepted:
             self.last_span_at = now
         for trace_id, spans in late.items():
