@@ -363,10 +363,12 @@ class Processor:
                     self._enter_fault(exc)
                     raise
                 self._take_segment(segment)
-        sink = self.sink
+        outbox = self._outbox
+        if not outbox:
+            return
         releases = self._releases
-        for item, hold in self._outbox:
-            seq = sink.submit_kept(item) if isinstance(item, KeptSpans) else sink.submit_row(item)
+        first = self.sink.submit([item for item, _ in outbox])
+        for seq, (_, hold) in enumerate(outbox, first):
             if hold is not None and hold.segments:
                 if not releases or releases[-1][2] >= RELEASE_BATCH:
                     releases.append([seq, collections.Counter(), 0])
