@@ -447,6 +447,11 @@ def bound(kind: str, bodies: list[bytes], spans: int) -> float:
         return spans / (cpu_seconds(process) - before)
 
 
+#: Seconds between scrapes while waiting for the last rows: each scrape costs the collector about a
+#: millisecond of CPU, so polling much faster would bill the benchmark's own watching to the collector.
+_POLL = 0.2
+
+
 class EndToEnd(NamedTuple):
     rate: float  # spans per collector CPU-second
     keep: float  # kept traces / traces
@@ -476,7 +481,7 @@ def end_to_end(bodies: list[bytes], spans: int, traces: int, *, wal: bool = True
                 trace_rows = values.get('tailcut_rows_written_total{table="traces"}', 0.0)
                 if trace_rows >= traces:
                     break
-            time.sleep(0.05)
+            time.sleep(_POLL)
         else:
             raise RuntimeError("the collector did not decide and write every trace in time")
         used = cpu_seconds(process) - before

@@ -72,7 +72,7 @@ from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
-from tailcut.collector._wal import WAL_SLOTS, WalBusy, WalFailure, WriteAheadLog, wal_directory
+from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
@@ -193,7 +193,7 @@ class Processor:
         self._resource_keys = False
         self._origins: dict[tuple[bytes, bytes], Origin] = {}
         #: Records and writer submissions of the request or round in progress (see :meth:`_commit`).
-        self._records: list[tuple[int, bytes]] = []
+        self._records: list[tuple[int, Payload]] = []
         self._late_entries: list[LateEntry] = []
         self._outbox: list[tuple[KeptSpans | TraceRow, Hold | None]] = []
         #: Holds whose spans the request in progress added (they take its log segment).
@@ -324,7 +324,7 @@ class Processor:
         else:
             self.dropped_cache.put(trace_id, decided_at)
 
-    def _record(self, record: tuple[int, bytes]) -> None:
+    def _record(self, record: tuple[int, Payload]) -> None:
         if self.wal is not None and not self._replaying:
             self._records.append(record)
 
@@ -342,7 +342,7 @@ class Processor:
             return
         self._outbox.append((item, hold))
 
-    def _commit(self, request: tuple[int, bytes] | None = None) -> None:
+    def _commit(self, request: tuple[int, Payload] | None = None) -> None:
         """Log the records of the request or round just processed, then hand its items to the writer.
 
         Raises
