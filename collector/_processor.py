@@ -73,6 +73,7 @@ from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_sign
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
 from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
+from tailcut.exporters._pricing import default_pricing
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
@@ -145,6 +146,8 @@ class Processor:
         self.max_bytes = limits.max_buffer_bytes
         self.max_spans = limits.max_spans_per_trace
         self.late_window = limits.late_span_window
+        #: The prices ``cost_usd`` is computed with, read once at start (``$TAILCUT_PRICING`` included).
+        self.pricing = default_pricing()
         self._init_state()
         keys = self.policies.attribute_keys()
         self.span_keys = tuple(sorted(key for key in keys if not key.startswith(_SIGNAL_PREFIX)))
@@ -774,7 +777,7 @@ class Processor:
             has_root=root is not None,
             orphan_count=signals.orphan_count,
             late_spans=0,
-            cost_usd=trace_cost_usd(spans),
+            cost_usd=trace_cost_usd(spans, self.pricing),
             session_id=_text(root_values.get("session_id")),
             user_id=_text(root_values.get("user_id")),
             conversation_id=_text(root_values.get("conversation_id")),
