@@ -82,7 +82,7 @@ def overloaded(message: str, retry_after: float = 1.0) -> OtlpError:
 
 
 # --- lazy message types ---------------------------------------------------------------------------------
-def _build_lazy_types() -> tuple[type[Message], type[Message]]:
+def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message]]:
     file = descriptor_pb2.FileDescriptorProto(
         name="tailcut/collector/lazy_otlp.proto", package="tailcut.collector.lazy", syntax="proto3"
     )
