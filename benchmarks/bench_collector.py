@@ -577,7 +577,7 @@ def main() -> None:
     fsyncs = best.fsync.get(float("inf"), 0.0)
     print(
         f"    same without the write-ahead log: {unlogged:12,.0f} spans per CPU-second: the log's share "
-        f"of the cost {1 - rate / unlogged:.0%}"
+        f"of the cost {1 - rate / unlogged:.0%} (runs here vary by about 5%; bench_wal.py times ingest alone)"
     )
     print(
         f"    write-ahead log fsyncs (policy interval): {fsyncs:.0f}, latency p50 "
