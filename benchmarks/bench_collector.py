@@ -8,7 +8,9 @@ attributes, 10% of them carrying a 2-4 KB payload) posted over loopback by a sep
     CPU-second;
 (b) ``tailcut collect`` end to end (receive, buffer, signals, policies, Parquet) at about a 10% keep
     rate, in spans per collector CPU-second (user + system time of the collector process, read with
-    psutil, from the first request until every trace is decided and written);
+    psutil, from the first request until every trace is decided and written), with the write-ahead log
+    on (its default: fsync policy ``interval``); then once more without it, which gives the log's share
+    of the cost, and the log's fsync latency percentiles (from ``tailcut_wal_fsync_seconds``);
 (c) peak memory per buffered span: the collector's resident-set growth while holding every span
     undecided, divided by the spans' OTLP-encoded size.
 
@@ -39,6 +41,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -309,6 +312,7 @@ receivers:
 processors:
   tailcut:
     late_span_window: {late}
+    wal: {{enabled: {wal}}}
   tail_sampling:
     decision_wait: {wait}
     decision_wait_after_root_received: {grace}
@@ -351,11 +355,13 @@ service:
 
 @contextlib.contextmanager
 def collector(
-    workdir: Path, *, wait: str, grace: str, late: str
+    workdir: Path, *, wait: str, grace: str, late: str, wal: bool = True
 ) -> Iterator[tuple[psutil.Process, int, int]]:
     data = workdir / "data"
     config = workdir / "otel-config.yaml"
-    config.write_text(_CONFIG.format(wait=wait, grace=grace, late=late, data=data))
+    config.write_text(
+        _CONFIG.format(wait=wait, grace=grace, late=late, data=data, wal="true" if wal else "false")
+    )
     process = subprocess.Popen(
         [sys.executable, "-c", "from tailcut.cli import cli; cli()", "collect", "--config", str(config)],
         stdout=subprocess.PIPE,
@@ -441,11 +447,23 @@ def bound(kind: str, bodies: list[bytes], spans: int) -> float:
         return spans / (cpu_seconds(process) - before)
 
 
-def end_to_end(bodies: list[bytes], spans: int, traces: int) -> tuple[float, float, int]:
-    """Spans per collector CPU-second, the keep rate, and the spans written."""
+#: Seconds between scrapes while waiting for the last rows: each scrape costs the collector about a
+#: millisecond of CPU, so polling much faster would bill the benchmark's own watching to the collector.
+_POLL = 0.2
+
+
+class EndToEnd(NamedTuple):
+    rate: float  # spans per collector CPU-second
+    keep: float  # kept traces / traces
+    written: int  # spans written
+    fsync: dict[float, float]  # the write-ahead log's fsync histogram: upper bound (s) -> cumulative count
+
+
+def end_to_end(bodies: list[bytes], spans: int, traces: int, *, wal: bool = True) -> EndToEnd:
+    """Spans per collector CPU-second, the keep rate, the spans written and the log's fsync latencies."""
     with (
         tempfile.TemporaryDirectory() as workdir,
-        collector(Path(workdir), wait="60s", grace="200ms", late="100ms") as (
+        collector(Path(workdir), wait="60s", grace="200ms", late="100ms", wal=wal) as (
             process,
             port,
             metrics_port,
@@ -463,12 +481,33 @@ def end_to_end(bodies: list[bytes], spans: int, traces: int) -> tuple[float, flo
                 trace_rows = values.get('tailcut_rows_written_total{table="traces"}', 0.0)
                 if trace_rows >= traces:
                     break
-            time.sleep(0.05)
+            time.sleep(_POLL)
         else:
             raise RuntimeError("the collector did not decide and write every trace in time")
         used = cpu_seconds(process) - before
         kept = metric({k: v for k, v in values.items() if 'kept="true"' in k}, "tailcut_decisions_total")
-        return spans / used, kept / traces, int(spans_rows)
+        prefix = 'tailcut_wal_fsync_seconds_bucket{le="'
+        fsync = {
+            float(name[len(prefix) : -2]): value for name, value in values.items() if name.startswith(prefix)
+        }
+        return EndToEnd(spans / used, kept / traces, int(spans_rows), fsync)
+
+
+def quantile(histogram: dict[float, float], q: float) -> float:
+    """The ``q`` quantile of a cumulative histogram, interpolated within its bucket (as Prometheus does)."""
+    bounds = sorted(histogram)
+    total = histogram[bounds[-1]]
+    if not total:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = histogram[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = bound, count
+    return lower
 
 
 def memory_ratio(bodies: list[bytes], span_bytes: int) -> tuple[float, int]:
@@ -528,10 +567,22 @@ def main() -> None:
                 f"    same, under {kind:9}         {rate:12,.0f} spans per CPU-second "
                 f"({rate / bound_rate:.2f}x)"
             )
-    rate, keep, written = max(end_to_end(bodies, spans, args.traces) for _ in range(args.repeat))
+    best = max((end_to_end(bodies, spans, args.traces) for _ in range(args.repeat)), key=lambda r: r.rate)
+    rate = best.rate
     print(
         f"(b) tailcut collect end to end: {rate:12,.0f} spans per CPU-second "
-        f"(keep rate {keep:.1%}, {written} spans written)"
+        f"(keep rate {best.keep:.1%}, {best.written} spans written)"
+    )
+    unlogged = max(end_to_end(bodies, spans, args.traces, wal=False).rate for _ in range(args.repeat))
+    fsyncs = best.fsync.get(float("inf"), 0.0)
+    print(
+        f"    same without the write-ahead log: {unlogged:12,.0f} spans per CPU-second: the log's share "
+        f"of the cost {1 - rate / unlogged:.0%} (runs here vary by about 5%; bench_wal.py times ingest alone)"
+    )
+    print(
+        f"    write-ahead log fsyncs (policy interval): {fsyncs:.0f}, latency p50 "
+        f"{quantile(best.fsync, 0.5) * 1000:.2f} ms, p90 {quantile(best.fsync, 0.9) * 1000:.2f} ms, "
+        f"p99 {quantile(best.fsync, 0.99) * 1000:.2f} ms (from the histogram's buckets)"
     )
     ratio, buffered = memory_ratio(bodies, span_bytes)
     print(

@@ -19,7 +19,7 @@ from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters import _names as names
 from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
-from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters._pricing import Pricing, default_pricing
 from tailcut.exporters._signals import ID_KEYS, trace_cost
 
 if TYPE_CHECKING:
@@ -176,9 +176,11 @@ def buffered_span(
     )
 
 
-def trace_cost_usd(spans: Sequence[BufferedSpan]) -> float | None:
-    """A trace's ``cost_usd`` from its buffered spans (as :func:`tailcut.exporters._signals.trace_cost`)."""
-    pricing = default_pricing()
+def trace_cost_usd(spans: Sequence[BufferedSpan], pricing: Pricing | None = None) -> float | None:
+    """A trace's ``cost_usd`` from its buffered spans (as :func:`tailcut.exporters._signals.trace_cost`),
+    at ``pricing`` (default: :func:`~tailcut.exporters._pricing.default_pricing`)."""
+    if pricing is None:
+        pricing = default_pricing()
     names = _MODEL_NAMES
     if len(names) > _MAX_MODEL_NAMES:
         names.clear()

@@ -53,7 +53,10 @@ class LateEntry(NamedTuple):
     decision: TraceDecision | None  # None: dropped
 
 
-def spans_record(wall: float, late: Iterable[LateEntry], body: bytes | bytearray) -> tuple[int, bytes]:
+def spans_record(
+    wall: float, late: Iterable[LateEntry], body: bytes | bytearray
+) -> tuple[int, tuple[bytes, bytes | bytearray]]:
+    """A ``SPANS`` record; its payload is the head and the body as they are (not copied together)."""
     entries = [
         [
             entry.trace_id.hex(),
@@ -70,7 +73,7 @@ def spans_record(wall: float, late: Iterable[LateEntry], body: bytes | bytearray
         for entry in late
     ]
     encoded = orjson.dumps(entries) if entries else b""
-    return SPANS, _SPANS_HEAD.pack(wall, len(encoded)) + encoded + bytes(body)
+    return SPANS, (_SPANS_HEAD.pack(wall, len(encoded)) + encoded, body)
 
 
 def read_spans(payload: bytes) -> tuple[float, list[LateEntry], bytes]:

@@ -11,7 +11,9 @@ message types built here that are wire-compatible with OTLP's but declare less:
   comes out as its own encoded bytes, which is what the buffer keeps (no re-encoding, no parsed objects);
 * :data:`SpanFacts` reads one span's bytes declaring just the fields the collector needs, and its
   ``attributes`` as ``map<string, bytes>`` (a ``KeyValue`` list is wire-identical to a map entry), so
-  looking up a key is a C hash lookup that returns the value's encoded ``AnyValue``.
+  looking up a key is a C hash lookup that returns the value's encoded ``AnyValue``;
+* :data:`FactsRequest` frames a request like :data:`FramedRequest` with each span a :data:`SpanFacts`,
+  so one parse per request gives every span's facts (:func:`request_spans` pairs them with the bytes).
 
 Spans a trace keeps are later parsed for real with ``opentelemetry.proto``'s ``Span``.
 
@@ -30,6 +32,7 @@ import base64
 import binascii
 import struct
 import zlib
+from collections.abc import Iterator
 from typing import Any, Final
 
 import orjson
@@ -79,7 +82,7 @@ def overloaded(message: str, retry_after: float = 1.0) -> OtlpError:
 
 
 # --- lazy message types ---------------------------------------------------------------------------------
-def _build_lazy_types() -> tuple[type[Message], type[Message]]:
+def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message]]:
     file = descriptor_pb2.FileDescriptorProto(
         name="tailcut/collector/lazy_otlp.proto", package="tailcut.collector.lazy", syntax="proto3"
     )
@@ -127,14 +130,40 @@ def _build_lazy_types() -> tuple[type[Message], type[Message]]:
         "Request",
         [("resource_spans", 1, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.ResourceSpans")],
     )
+    # The same framing with each span read as a ``Span`` above: one parse gives every span's facts.
+    message(
+        "FactsScopeSpans",
+        [("spans", 2, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.Span")],
+    )
+    message(
+        "FactsResourceSpans",
+        [("scope_spans", 2, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.FactsScopeSpans")],
+    )
+    message(
+        "FactsRequest",
+        [
+            (
+                "resource_spans",
+                1,
+                _FIELD.TYPE_MESSAGE,
+                repeated,
+                ".tailcut.collector.lazy.FactsResourceSpans",
+            )
+        ],
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     classes = message_factory.GetMessageClassesForFiles([file.name], pool)
-    return classes["tailcut.collector.lazy.Request"], classes["tailcut.collector.lazy.Span"]
+    return (
+        classes["tailcut.collector.lazy.Request"],
+        classes["tailcut.collector.lazy.Span"],
+        classes["tailcut.collector.lazy.FactsRequest"],
+    )
 
 
-#: ``ExportTraceServiceRequest`` framed down to per-span ``bytes`` (see the module docstring).
-FramedRequest, SpanFacts = _build_lazy_types()
+#: ``ExportTraceServiceRequest`` framed down to per-span ``bytes`` (see the module docstring);
+#: ``FactsRequest`` frames it the same way with every span a :data:`SpanFacts` (all facts in one parse).
+FramedRequest, SpanFacts, FactsRequest = _build_lazy_types()
 
 
 # --- AnyValue bytes ---------------------------------------------------------------------------------------
@@ -315,6 +344,29 @@ def parse_framed(body: bytes | bytearray) -> Message:
         return FramedRequest.FromString(body)
     except DecodeError as exc:
         raise bad_request(f"malformed protobuf body: {exc}") from None
+
+
+def request_spans(
+    body: bytes | bytearray,
+) -> Iterator[tuple[bytes, bytes, Iterator[tuple[bytes, Message]]]]:
+    """Each ``ScopeSpans`` of a request as its encoded resource and scope and its spans as
+    ``(encoded span, its SpanFacts)``, once :func:`parse_framed` accepted the request as a whole.
+
+    The facts of all spans come from one parse (:data:`FactsRequest`), not one parse per span.
+
+    Raises
+    ------
+    OtlpError
+        400 for a malformed body.
+    """
+    framed = parse_framed(body)
+    facts = FactsRequest.FromString(body)
+    for resource_spans, resource_facts in zip(framed.resource_spans, facts.resource_spans, strict=True):
+        resource = resource_spans.resource
+        for scope_spans, scope_facts in zip(
+            resource_spans.scope_spans, resource_facts.scope_spans, strict=True
+        ):
+            yield resource, scope_spans.scope, zip(scope_spans.spans, scope_facts.spans, strict=True)
 
 
 # --- responses ----------------------------------------------------------------------------------------------

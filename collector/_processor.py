@@ -66,16 +66,18 @@ from tailcut.collector._journal import (
     spans_record,
 )
 from tailcut.collector._metrics import TS, CollectorMetrics
-from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, overloaded, parse_framed
+from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, overloaded, request_spans
 from tailcut.collector._receivers import IngestResult
 from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
 from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import Decision, TraceView
-from tailcut.collector._wal import WAL_SLOTS, WalBusy, WalFailure, WriteAheadLog, wal_directory
+from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
+from tailcut.exporters._pricing import default_pricing
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
+_DROPPED = Decision.DROPPED
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _SIGNAL_PREFIX = "tailcut.trace."
@@ -145,6 +147,8 @@ class Processor:
         self.max_bytes = limits.max_buffer_bytes
         self.max_spans = limits.max_spans_per_trace
         self.late_window = limits.late_span_window
+        #: The prices ``cost_usd`` is computed with, read once at start (``$TAILCUT_PRICING`` included).
+        self.pricing = default_pricing()
         self._init_state()
         keys = self.policies.attribute_keys()
         self.span_keys = tuple(sorted(key for key in keys if not key.startswith(_SIGNAL_PREFIX)))
@@ -193,7 +197,7 @@ class Processor:
         self._resource_keys = False
         self._origins: dict[tuple[bytes, bytes], Origin] = {}
         #: Records and writer submissions of the request or round in progress (see :meth:`_commit`).
-        self._records: list[tuple[int, bytes]] = []
+        self._records: list[tuple[int, Payload]] = []
         self._late_entries: list[LateEntry] = []
         self._outbox: list[tuple[KeptSpans | TraceRow, Hold | None]] = []
         #: Holds whose spans the request in progress added (they take its log segment).
@@ -324,7 +328,7 @@ class Processor:
         else:
             self.dropped_cache.put(trace_id, decided_at)
 
-    def _record(self, record: tuple[int, bytes]) -> None:
+    def _record(self, record: tuple[int, Payload]) -> None:
         if self.wal is not None and not self._replaying:
             self._records.append(record)
 
@@ -342,7 +346,7 @@ class Processor:
             return
         self._outbox.append((item, hold))
 
-    def _commit(self, request: tuple[int, bytes] | None = None) -> None:
+    def _commit(self, request: tuple[int, Payload] | None = None) -> None:
         """Log the records of the request or round just processed, then hand its items to the writer.
 
         Raises
@@ -363,10 +367,12 @@ class Processor:
                     self._enter_fault(exc)
                     raise
                 self._take_segment(segment)
-        sink = self.sink
+        outbox = self._outbox
+        if not outbox:
+            return
         releases = self._releases
-        for item, hold in self._outbox:
-            seq = sink.submit_kept(item) if isinstance(item, KeptSpans) else sink.submit_row(item)
+        first = self.sink.submit([item for item, _ in outbox])
+        for seq, (_, hold) in enumerate(outbox, first):
             if hold is not None and hold.segments:
                 if not releases or releases[-1][2] >= RELEASE_BATCH:
                     releases.append([seq, collections.Counter(), 0])
@@ -485,10 +491,10 @@ class Processor:
     def _ingest(self, body: bytes | bytearray, transport: str, now: float) -> IngestResult:
         """Buffer the spans of a request (also a replayed one: then no early decisions).
 
-        :func:`~tailcut.collector._otlp.parse_framed` validates the whole request first, so a malformed
+        :func:`~tailcut.collector._otlp.request_spans` validates the whole request first, so a malformed
         one is refused (400) before anything is buffered.
         """
-        request = parse_framed(body)
+        scopes = request_spans(body)
         replaying = self._replaying
         buffer = self.buffer
         pending_get = buffer.pending.get
@@ -496,53 +502,49 @@ class Processor:
         span_keys = self.span_keys
         max_spans = self.max_spans
         touched = self._touched
-        from_string = SpanFacts.FromString
         accepted = rejected = new_traces = 0
         late: dict[bytes, list[tuple[bytes, Origin]]] = {}
-        for resource_spans in request.resource_spans:
-            resource = resource_spans.resource
-            for scope_spans in resource_spans.scope_spans:
-                origin = self._origin(resource, scope_spans.scope)
-                for data in scope_spans.spans:
-                    span = from_string(data)
-                    trace_id = span.trace_id
-                    span_id = span.span_id
-                    parent = span.parent_span_id
-                    if (
-                        len(trace_id) != 16
-                        or len(span_id) != 8
-                        or trace_id == _ZERO_TRACE
-                        or span_id == _ZERO_SPAN
-                        or (parent and len(parent) != 8)
-                    ):
-                        rejected += 1
+        for resource, scope, pairs in scopes:
+            origin = self._origin(resource, scope)
+            for data, span in pairs:
+                trace_id = span.trace_id
+                span_id = span.span_id
+                parent = span.parent_span_id
+                if (
+                    len(trace_id) != 16
+                    or len(span_id) != 8
+                    or trace_id == _ZERO_TRACE
+                    or span_id == _ZERO_SPAN
+                    or (parent and len(parent) != 8)
+                ):
+                    rejected += 1
+                    continue
+                accepted += 1
+                trace = pending_get(trace_id)
+                if trace is None:
+                    if trace_id in open_rows or self._cached(trace_id):
+                        late.setdefault(trace_id, []).append((data, origin))
                         continue
-                    accepted += 1
-                    trace = pending_get(trace_id)
-                    if trace is None:
-                        if trace_id in open_rows or self._cached(trace_id):
-                            late.setdefault(trace_id, []).append((data, origin))
-                            continue
-                        trace = buffer.create(trace_id, now)
-                        new_traces += 1
-                    touched[trace_id] = trace.hold
-                    attributes = span.attributes
-                    record = buffered_span(span, attributes, span_id, parent, data, origin, trace.tally)
-                    if not parent:
-                        if trace.root is None:
-                            trace.root = root_facts(span)
-                    elif record.kind == "agent" and trace.agent_name is None:
-                        trace.agent_name = agent_name(span)
-                    if span_keys:
-                        values = trace.values
-                        for key in span_keys:
-                            raw = attributes.get(key)
-                            if raw is not None:
-                                values.setdefault(key, []).append(any_value(raw))
-                    buffer.add(trace, record, not parent, now)
-                    if len(trace.spans) >= max_spans and not replaying:
-                        buffer.remove(trace)
-                        self._decide(trace, "max_spans", now)
+                    trace = buffer.create(trace_id, now)
+                    new_traces += 1
+                touched[trace_id] = trace.hold
+                attributes = span.attributes
+                record = buffered_span(span, attributes, span_id, parent, data, origin, trace.tally)
+                if not parent:
+                    if trace.root is None:
+                        trace.root = root_facts(span)
+                elif record.kind == "agent" and trace.agent_name is None:
+                    trace.agent_name = agent_name(span)
+                if span_keys:
+                    values = trace.values
+                    for key in span_keys:
+                        raw = attributes.get(key)
+                        if raw is not None:
+                            values.setdefault(key, []).append(any_value(raw))
+                buffer.add(trace, record, not parent, now)
+                if len(trace.spans) >= max_spans and not replaying:
+                    buffer.remove(trace)
+                    self._decide(trace, "max_spans", now)
         if accepted:
             self.last_span_at = now
         for trace_id, spans in late.items():
@@ -732,11 +734,11 @@ class Processor:
         if decision.baseline or not self.policies.baseline_policies:
             self.anomaly.observe(anomaly_key, measures)
         metrics = self.metrics
-        policy_votes = metrics.policy_votes
-        dropped = False
-        for keys, vote in zip(self._vote_keys, votes, strict=True):
-            policy_votes[keys[vote.decision]] += 1
-            dropped = dropped or vote.decision is Decision.DROPPED
+        # Counter.update counts a list in C (a loop of += costs several times more per trace)
+        metrics.policy_votes.update(
+            [keys[vote.decision] for keys, vote in zip(self._vote_keys, votes, strict=True)]
+        )
+        dropped = any(vote.decision is _DROPPED for vote in votes)
         metrics.global_decisions["sampled" if decision.kept else "dropped" if dropped else "not_sampled"] += 1
         metrics.decisions[reason, decision.kept] += 1
         metrics.trace_removal_age.observe(now - trace.first_seen)
@@ -776,13 +778,14 @@ class Processor:
             has_root=root is not None,
             orphan_count=signals.orphan_count,
             late_spans=0,
-            cost_usd=trace_cost_usd(spans),
+            cost_usd=trace_cost_usd(spans, self.pricing),
             session_id=_text(root_values.get("session_id")),
             user_id=_text(root_values.get("user_id")),
             conversation_id=_text(root_values.get("conversation_id")),
         )
         self._record(decided_record(trace.trace_id, len(spans), row))
-        self._settle(trace, decision, row, signals.attributes(anomaly_score), now)
+        written = signals.attributes(anomaly_score) if decision.kept else _NO_VALUES  # on the root
+        self._settle(trace, decision, row, written, now)
 
     def _redecide(self, trace: PendingTrace, span_count: int, row: TraceRow, decided_at: float) -> None:
         """Replay a logged decision: the trace's first ``span_count`` spans; any after them are late."""

@@ -219,32 +219,22 @@ class Sink:
             self.findings.close(0)
 
     # --- from the event loop --------------------------------------------------------------------------------
-    def submit_kept(self, item: KeptSpans) -> int:
-        """Hand over a kept trace's spans; returns the submission's sequence number."""
+    def submit(self, items: Sequence[KeptSpans | TraceRow]) -> int:
+        """Hand over kept spans and ``traces`` rows, in order; returns the first one's sequence number
+        (each next one's is one more). They travel as one queue entry, so the writer wakes once."""
         with self._lock:
-            self._in_flight += 1
-            self.backlog_bytes += item.nbytes
-            seq = self._next_seq()
-        self._queue.put((seq, item))
-        return seq
-
-    def submit_row(self, row: TraceRow) -> int:
-        """Hand over a ``traces`` row; returns the submission's sequence number."""
-        with self._lock:
-            self._in_flight += 1
-            seq = self._next_seq()
-        self._queue.put((seq, row))
-        return seq
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        now = time.monotonic()
-        unpublished = self._unpublished
-        if unpublished and now - unpublished[-1][1] < _AGE_RESOLUTION:
-            unpublished[-1] = (self._seq, unpublished[-1][1])  # one entry per tenth of a second
-        else:
-            unpublished.append((self._seq, now))
-        return self._seq
+            first = self._seq + 1
+            self._seq += len(items)
+            self._in_flight += len(items)
+            self.backlog_bytes += sum(item.nbytes for item in items if isinstance(item, KeptSpans))
+            now = time.monotonic()
+            unpublished = self._unpublished
+            if unpublished and now - unpublished[-1][1] < _AGE_RESOLUTION:
+                unpublished[-1] = (self._seq, unpublished[-1][1])  # one entry per tenth of a second
+            else:
+                unpublished.append((self._seq, now))
+        self._queue.put([(first + index, item) for index, item in enumerate(items)])
+        return first
 
     def request_flush(self) -> None:
         """Publish everything soon (the write-ahead log is filling up)."""
@@ -315,7 +305,8 @@ class Sink:
                 elif isinstance(item, _Fault):
                     self._enter_fault(item.error)
                 elif item is not _RESET:
-                    (kept if isinstance(item[1], KeptSpans) else rows).append(item)
+                    for entry in item:
+                        (kept if isinstance(entry[1], KeptSpans) else rows).append(entry)
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
@@ -381,13 +372,13 @@ class Sink:
             self._done(kept, rows)
 
     def _drop(self, item: Any) -> None:
-        """Discard one queued submission (a fault is being recovered from)."""
+        """Discard one queue entry (a fault is being recovered from)."""
         if item is _STOP or item is _RESET or isinstance(item, _Fault):
             return
-        if isinstance(item[1], KeptSpans):
-            self._discard([item], [])
-        else:
-            self._discard([], [item])
+        self._discard(
+            [entry for entry in item if isinstance(entry[1], KeptSpans)],
+            [entry for entry in item if not isinstance(entry[1], KeptSpans)],
+        )
 
     def _discard(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
         with self._idle:
@@ -556,8 +547,14 @@ _TRACE_STATE = 3  # Span.trace_state
 def _restated_threshold(data: bytes, pi: float) -> bytes:
     """A ``Span.trace_state`` field to append to an encoded span (the last one wins) stating ``pi`` as
     its ``ot=th:`` threshold: the span's trace was kept by the uniform slice alone."""
-    tracestate = SpanFacts.FromString(data).trace_state.decode("utf-8", "replace")
-    return field(_TRACE_STATE, forwarded_tracestate(tracestate, pi).encode("utf-8"))
+    return _trace_state_field(SpanFacts.FromString(data).trace_state, pi)
+
+
+@functools.lru_cache(maxsize=1024)
+def _trace_state_field(tracestate: bytes, pi: float) -> bytes:
+    """The encoded field of :func:`_restated_threshold` (a few distinct upstream states and π recur)."""
+    text = tracestate.decode("utf-8", "replace")
+    return field(_TRACE_STATE, forwarded_tracestate(text, pi).encode("utf-8"))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -2,8 +2,9 @@
 
 Layout: ``DIR/<segment number, 20 digits>.wal`` plus ``DIR/LOCK`` (held with ``flock`` so two collectors
 never share a log). A record is ``length (u32) | crc32 (u32) | type (u8) | payload``, the checksum over
-type and payload; reading a segment stops at its first short or damaged record (the tail a crash or a
-full disk left), and the next segment is read from its start. What the records mean is
+type and payload (zlib's CRC-32, computed by zlib-ng's vectorised code: the same values, several
+times faster on request-sized records); reading a segment stops at its first short or damaged record
+(the tail a crash or a full disk left), and the next segment is read from its start. What the records mean is
 :mod:`tailcut.collector._journal`'s business; this module only appends, reads back, fsyncs and deletes.
 
 Appends are one unbuffered ``write()`` each (several records at once when given together), so a record
@@ -38,10 +39,11 @@ import os
 import struct
 import threading
 import time
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
+
+from zlib_ng.zlib_ng import crc32
 
 from tailcut.collector._errors import CollectorError
 from tailcut.exporters._location import is_remote
@@ -58,6 +60,13 @@ class WalBusy(CollectorError):
 
 
 _HEADER: Final = struct.Struct("<IIB")
+#: Payload parts this large are handed to ``writev`` as they are; smaller ones are copied together.
+_GATHER_MIN: Final = 16 * 1024
+#: Buffers per ``writev`` (Linux allows 1024).
+_MAX_BUFFERS: Final = 512
+Buffer = bytes | bytearray | memoryview
+#: A record's payload: bytes, or the byte strings it is made of, in order.
+Payload = Buffer | Sequence[Buffer]
 _SUFFIX: Final = ".wal"
 _MAX_RECORD: Final = 1 << 31
 
@@ -186,30 +195,44 @@ class WriteAheadLog:
                 length, checksum, kind = _HEADER.unpack_from(data, position)
                 start = position + _HEADER.size
                 end = start + length
-                if end > len(data) or zlib.crc32(data[start:end], zlib.crc32(bytes((kind,)))) != checksum:
+                if end > len(data) or crc32(data[start:end], crc32(bytes((kind,)))) != checksum:
                     break
                 yield number, kind, data[start:end]
                 position = end
 
     # --- writing ----------------------------------------------------------------------------------------
-    def append(self, records: list[tuple[int, bytes]], *, sync: bool = False) -> int:
+    def append(self, records: Sequence[tuple[int, Payload]], *, sync: bool = False) -> int:
         """Write ``(type, payload)`` records in one ``write()``; return the segment they went to.
 
-        ``sync`` forces an fsync whatever the mode (before a Parquet file is published).
+        A payload is bytes, or a sequence of byte strings making it up (written as they are, with
+        ``writev``: a request body is not copied into a record first). ``sync`` forces an fsync whatever
+        the mode (before a Parquet file is published).
 
         Raises
         ------
         WalFailure
             When the log failed now or earlier (then nothing more is written until :meth:`open`).
         """
-        frames = []
+        buffers: list[Buffer] = []
+        small = bytearray()  # headers and small payloads, gathered into one buffer
+        size = 0
         for kind, payload in records:
-            if len(payload) >= _MAX_RECORD:
-                raise WalFailure(f"a write-ahead log record of {len(payload)} bytes is too large")
-            checksum = zlib.crc32(payload, zlib.crc32(bytes((kind,))))
-            frames.append(_HEADER.pack(len(payload), checksum, kind))
-            frames.append(payload)
-        data = b"".join(frames)
+            parts = (payload,) if isinstance(payload, bytes | bytearray | memoryview) else payload
+            length = sum(len(part) for part in parts)
+            if length >= _MAX_RECORD:
+                raise WalFailure(f"a write-ahead log record of {length} bytes is too large")
+            checksum = crc32(bytes((kind,)))
+            for part in parts:
+                checksum = crc32(part, checksum)
+            small += _HEADER.pack(length, checksum, kind)
+            for part in parts:
+                if len(part) < _GATHER_MIN or len(buffers) >= _MAX_BUFFERS:
+                    small += part
+                else:
+                    buffers += (bytes(small), part)
+                    small = bytearray()
+            size += _HEADER.size + length
+        buffers.append(small)
         with self._lock:
             if self.failure is not None or self._fd is None:
                 raise WalFailure(f"the write-ahead log is unavailable: {self.failure or 'closed'}")
@@ -218,11 +241,13 @@ class WriteAheadLog:
                     self._fsync_locked()
                     self._close_fd()
                     self._start_segment(self._active + 1)
-                written = os.write(self._fd, data)
-                while written < len(data):  # a short write: the rest, or an error
-                    written += os.write(self._fd, data[written:])
-                self.sizes[self._active] += len(data)
-                self.nbytes += len(data)
+                written = os.writev(self._fd, buffers)
+                if written < size:  # a short write: the rest, or an error
+                    rest = b"".join(buffers)[written:]
+                    while rest:
+                        rest = rest[os.write(self._fd, rest) :]
+                self.sizes[self._active] += size
+                self.nbytes += size
                 self._dirty = True
                 if sync or self.fsync_mode == "always":
                     self._fsync_locked()

@@ -133,8 +133,15 @@ class AttributeColumns:
             if code == FLOAT:
                 # One orjson call for all floats: its text has no commas inside a number.
                 values = orjson.dumps(self.floats[rows[at]].tolist()).decode()[1:-1].split(",")
-            else:
-                values = [value_text(self.others[r]) for r in rows[at].tolist()]
+            else:  # rows often share one decoded value (see _wire): its text is made once
+                texts: dict[int, str | None] = {}
+                values = []
+                for r in rows[at].tolist():
+                    value = self.others[r]
+                    text = texts.get(id(value))
+                    if text is None:
+                        text = texts[id(value)] = value_text(value)
+                    values.append(text)
             index = np.full(len(rows), -1, dtype=np.int64)
             index[at] = np.arange(len(at))
             parts.append(pa.array(values, pa.string()).take(pa.array(index, mask=index < 0)))

@@ -260,16 +260,22 @@ def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeCol
     slow = np.flatnonzero(vtype == OTHER)
     if len(slow):
         key_list = keys.to_pylist()
+        #: Encoded ``KeyValue`` -> (key, value): the same array (a trace's sampling policies, say) recurs
+        #: on many spans, and is decoded once (the rows then share the value, which nothing modifies).
+        decoded: dict[bytes, tuple[str, Any]] = {}
         for row, s, e in zip(slow.tolist(), start[slow].tolist(), end[slow].tolist(), strict=True):
-            try:
-                parsed = KeyValue.FromString(data[s:e].tobytes())
-            except DecodeError as exc:
-                raise BadOtlpInput(
-                    f"attribute of span {int(kv.owner[row])} is not valid protobuf: {exc}"
-                ) from None
-            key_list[row] = parsed.key
-            others[row] = any_value(parsed.value)
-            if others[row] is None:
+            raw = data[s:e].tobytes()
+            found = decoded.get(raw)
+            if found is None:
+                try:
+                    parsed = KeyValue.FromString(raw)
+                except DecodeError as exc:
+                    raise BadOtlpInput(
+                        f"attribute of span {int(kv.owner[row])} is not valid protobuf: {exc}"
+                    ) from None
+                found = decoded[raw] = (parsed.key, any_value(parsed.value))
+            key_list[row], others[row] = found
+            if found[1] is None:
                 vtype[row] = NONE
         keys = pa.array(key_list, pa.string())
     return AttributeColumns(

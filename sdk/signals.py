@@ -177,27 +177,35 @@ def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
     depths: dict[Hashable, int] = {}
     orphans = 0
     counter = SignalCounter()
+    add_span, add_outcome = counter.add_span, counter.add_outcome
     for span in spans:
         span_id, parent_id, kind, failed, tool_key, input_tokens, output_tokens, violations = span[:8]
         parent = by_id.get(parent_id) if parent_id and parent_id != span_id else None
         if parent_id and parent is None:
             orphans += 1
-        if span_id not in depths:
-            chain = [span_id]
-            seen = {span_id}
-            up = parent_id
-            while up and up not in depths and up in by_id and up not in seen:
-                chain.append(up)
-                seen.add(up)
-                up = by_id[up][1]
-            base = depths[up] + 1 if up and up in depths else 0
-            for member in reversed(chain):
-                depths[member] = base
-                base += 1
-        counter.add_span(depths[span_id])
+        depth = depths.get(span_id)
+        if depth is None:
+            if parent is None:  # a root, an orphan, or its own parent
+                depth = depths[span_id] = 0
+            elif parent_id in depths:
+                depth = depths[span_id] = depths[parent_id] + 1
+            else:
+                chain = [span_id]
+                seen = {span_id}
+                up = parent_id
+                while up and up not in depths and up in by_id and up not in seen:
+                    chain.append(up)
+                    seen.add(up)
+                    up = by_id[up][1]
+                base = depths[up] + 1 if up and up in depths else 0
+                for member in reversed(chain):
+                    depths[member] = base
+                    base += 1
+                depth = depths[span_id]
+        add_span(depth)
         if parent is not None and is_nested_call(kind, parent[2]):
             continue
-        counter.add_outcome(
+        add_outcome(
             kind,
             failed=failed,
             tool_key=tool_key,

@@ -19,10 +19,12 @@ import contextlib
 import json
 import random
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -374,3 +376,51 @@ def test_a_torn_or_damaged_log_reads_back_an_intact_prefix(tmp_path_factory, rec
     finally:
         reader.close()
     assert found == records[: len(found)]
+
+
+#: Parts at or over the size the log hands to ``writev`` unjoined (16 KiB).
+_LARGE_PART = st.builds(
+    lambda size, byte: bytes([byte]) * size, st.integers(16_384, 40_000), st.integers(0, 255)
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(1, 5),
+                st.lists(st.one_of(st.binary(max_size=200), _LARGE_PART)),
+            ),
+            min_size=1,
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_records_given_in_parts_read_back_whole(tmp_path_factory, batches):
+    """A payload given as parts (a request body is not copied into its record) is one record on disk,
+    with zlib's CRC-32 over the type and the whole payload."""
+    directory = tmp_path_factory.mktemp("wal")
+    wal = WriteAheadLog(directory, fsync="never")
+    wal.open()
+    for batch in batches:
+        wal.append([(kind, parts) for kind, parts in batch])
+    wal.close()
+    (segment,) = directory.glob("*.wal")
+    data = segment.read_bytes()
+    expected = [(kind, b"".join(parts)) for batch in batches for kind, parts in batch]
+    position = 0
+    for kind, payload in expected:
+        length, checksum, found_kind = struct.unpack_from("<IIB", data, position)
+        assert (length, found_kind) == (len(payload), kind)
+        assert checksum == zlib.crc32(payload, zlib.crc32(bytes((kind,))))
+        position += 9 + length
+    assert position == len(data)
+    reader = WriteAheadLog(directory)
+    reader.open()
+    try:
+        assert [(kind, payload) for _, kind, payload in reader.records()] == expected
+    finally:
+        reader.close()

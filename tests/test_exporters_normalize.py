@@ -308,7 +308,21 @@ scalars = (
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.dictionaries(keys, scalars, max_size=8), min_size=1, max_size=6))
 def test_wire_decoder_matches_python_decoder_on_any_attributes(attribute_sets: list[dict[str, Any]]) -> None:
-    document = {
+    _wire_matches_python(attribute_sets)
+
+
+def _wire_matches_python(attribute_sets: list[dict[str, Any]]) -> pa.Table:
+    """The rows of spans with these attributes, checked to be the same through both decoders."""
+    records = json_records(_document(len(attribute_sets)))
+    records = [r._replace(attributes=a) for r, a in zip(records, attribute_sets, strict=True)]
+    table = normalize_otlp(to_protobuf(records))
+    assert table.equals(normalize(DecodedSpans.from_records(records)))
+    return table
+
+
+def _document(count: int) -> dict[str, Any]:
+    """An OTLP/JSON document of ``count`` spans of one trace without attributes."""
+    return {
         "resourceSpans": [
             {
                 "resource": {"attributes": []},
@@ -325,16 +339,22 @@ def test_wire_decoder_matches_python_decoder_on_any_attributes(attribute_sets: l
                                 "endTimeUnixNano": str(i + 5),
                                 "attributes": [],
                             }
-                            for i in range(len(attribute_sets))
+                            for i in range(count)
                         ],
                     }
                 ],
             }
         ]
     }
-    records = json_records(document)
-    records = [r._replace(attributes=a) for r, a in zip(records, attribute_sets, strict=True)]
-    assert normalize_otlp(to_protobuf(records)).equals(normalize(DecodedSpans.from_records(records)))
+
+
+def test_a_list_value_shared_by_spans_is_decoded_for_each_alike() -> None:
+    """The wire decoder decodes a repeated list value once per batch; every span still gets its own."""
+    shared = {"tailcut.sampling.policies": ["errors", "baseline"], "n": [1, 2]}
+    attribute_sets = [shared, {"tailcut.sampling.policies": ["slow"]}, shared, {"n": []}]
+    table = _wire_matches_python(attribute_sets)
+    policies = [dict(m).get("tailcut.sampling.policies") for m in table.column("attributes").to_pylist()]
+    assert policies == ['["errors","baseline"]', '["slow"]', '["errors","baseline"]', None]
 
 
 def test_an_encoded_request_gives_the_same_rows_as_its_messages() -> None:
