@@ -182,9 +182,13 @@ class Sink:
             except TailcutError as exc:
                 raise CollectorError(str(exc)) from None
             if not is_remote(self.config.parquet.path):
-                from tailcut.analysis._refresh import FindingsRefresher
+                from tailcut.analysis._refresh import DEFAULT_INTERVAL, FindingsRefresher
 
-                self.findings = FindingsRefresher(self.config.parquet.path)
+                # At most one refresh per roll_age: rows are published on that clock, and a busy
+                # collector must not reclassify its whole data dir every few seconds.
+                self.findings = FindingsRefresher(
+                    self.config.parquet.path, interval=max(DEFAULT_INTERVAL, self.config.parquet.roll_seconds)
+                )
         self.forwarding.start([make_forwarder(forwarder) for forwarder in self.config.forwarders])
         self._thread = threading.Thread(target=self._run, name="tailcut-writer", daemon=True)
         self._thread.start()

@@ -145,7 +145,8 @@ def wait_for(condition, timeout: float = 60.0) -> bool:
 
 def test_a_running_collector_refreshes_findings_after_each_publish(tmp_path):
     data = tmp_path / "data"
-    collector = start_collector(tmp_path, policies=KEEP_ERRORS)
+    # The refresher runs at most once per roll_age (at least 5 s apart).
+    collector = start_collector(tmp_path, policies=KEEP_ERRORS, parquet={"roll_age": "1s"})
     try:
         for index in range(4):
             trace_id = bytes([index + 1]) * 16
@@ -199,3 +200,11 @@ def test_pokes_while_a_refresh_waits_for_its_interval_make_one_refresh(tmp_path)
     assert not refresher.wait_idle(0.2)
     refresher.close(timeout=0.2)  # shutting down drops the pending refresh instead of waiting an hour
     assert (refresher.refreshes, refresher.failures) == (1, 0)
+
+
+def test_a_collector_refreshes_findings_at_most_once_per_roll_age(tmp_path):
+    collector = start_collector(tmp_path, policies=KEEP_ERRORS, parquet={"roll_age": "90s"})
+    try:
+        assert collector.sink.findings is not None and collector.sink.findings.interval == 90.0
+    finally:
+        collector.stop()

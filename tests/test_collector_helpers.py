@@ -30,6 +30,7 @@ def write_config(
     tailcut: Mapping[str, Any] | None = None,
     http: Mapping[str, Any] | None = None,
     grpc: Mapping[str, Any] | None = None,
+    parquet: Mapping[str, Any] | None = None,
     **tail_sampling: Any,
 ) -> Path:
     """A config file based on the default one: loopback port 0 everywhere, short waits, given overrides."""
@@ -38,7 +39,7 @@ def write_config(
     protocols["http"] = {"endpoint": "127.0.0.1:0", **(http or {})}
     protocols["grpc"] = {"endpoint": "127.0.0.1:0", **(grpc or {})}
     document["service"]["telemetry"]["metrics"]["address"] = "127.0.0.1:0"
-    document["exporters"]["tailcut_parquet"]["path"] = str(directory / "data")
+    document["exporters"]["tailcut_parquet"].update({"path": str(directory / "data"), **(parquet or {})})
     block = document["processors"]["tail_sampling"]
     block.update(decision_wait="5s", decision_wait_after_root_received="100ms")
     block.update(tail_sampling)
