@@ -1,8 +1,8 @@
 """The classifier's per-trace features: computed once when a trace's spans are written, read at classify time.
 
-**On write** (:func:`trace_features`, run for every batch ``DataDirWriter.write_spans`` writes, on the
-thread of a :class:`FeatureWorker`: the collector, ``tailcut ingest`` and the in-process exporter all write
-through it) the batch's spans run through the classifier's own SQL, in a private DuckDB connection:
+**On write** (:func:`trace_features`, run on the thread of a :class:`FeatureWorker` over the batches
+``DataDirWriter.write_spans`` writes, gathered up to some 30k spans or the next flush: the collector,
+``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run through the classifier's own SQL, in a private DuckDB connection:
 ``_rows`` (:data:`._candidates.ROWS_SQL`) over every trace of the batch, its roles
 (:data:`._rules.ROLES_SQL`), the rules that need nothing beyond the trace (:data:`._rules.ERROR_SQL`,
 :data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is checked against the tool list of its own
@@ -486,17 +486,22 @@ def _flatten(table: pa.Table, column: str) -> pa.Table:
 class FeatureWorker:
     """Computes :func:`trace_features` of the batches a writer hands over, on a thread of its own.
 
-    DuckDB releases the GIL while it runs, so the features of one batch are computed while the writer's
-    caller goes on normalising the next. At most ``pending`` batches wait (:meth:`submit` blocks beyond
-    that); the finished tables are taken back with :meth:`finished`, after :meth:`wait` when every one is
-    needed (before a flush). The worker never touches the writer, so it cannot deadlock with it.
+    DuckDB releases the GIL while it runs, so the features of some batches are computed while the writer's
+    caller goes on normalising the next. Batches are gathered until they hold ``chunk_rows`` spans, no
+    batch came for ``linger`` seconds, or :meth:`wait` asks for them, and their features computed at once
+    (each computation costs tens of milliseconds whatever its size; a trace whose spans came in several
+    gathered batches gets one row). At most ``pending`` batches wait to be gathered (:meth:`submit` blocks
+    beyond that); the finished tables are taken back with :meth:`finished`, after :meth:`wait` when every
+    one is needed (before a flush). The worker never touches the writer, so it cannot deadlock with it.
     """
 
-    def __init__(self, *, pending: int = 2) -> None:
+    def __init__(self, *, pending: int = 2, chunk_rows: int = 30_000, linger: float = 1.0) -> None:
         import queue
         import threading
 
-        self._jobs: queue.Queue[tuple[pa.Table, pa.Table] | None] = queue.Queue(maxsize=pending)
+        self._jobs: queue.Queue[tuple[pa.Table, pa.Table] | str] = queue.Queue(maxsize=pending)
+        self._chunk_rows = chunk_rows
+        self._linger = linger
         self._lock = threading.Lock()
         self._done: list[tuple[pa.Table, pa.Table]] = []
         self._thread = threading.Thread(target=self._run, name="tailcut-trace-features", daemon=True)
@@ -508,6 +513,7 @@ class FeatureWorker:
 
     def wait(self) -> None:
         """Return once every batch submitted so far is computed."""
+        self._jobs.put(_NOW)
         self._jobs.join()
 
     def finished(self) -> list[tuple[pa.Table, pa.Table]]:
@@ -518,16 +524,47 @@ class FeatureWorker:
 
     def stop(self) -> None:
         """Finish the queued batches and end the thread."""
-        self._jobs.put(None)
+        self._jobs.put(_STOP)
         self._thread.join()
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        import queue
+
+        gathered: list[tuple[pa.Table, pa.Table]] = []
+        while True:
             try:
-                tables = trace_features(*job)  # never raises: a failure is logged, the batch has none
-                if tables is not None:
-                    with self._lock:
-                        self._done.append(tables)
+                job = self._jobs.get(timeout=self._linger if gathered else None)
+            except queue.Empty:
+                self._compute(gathered)  # nothing came for a while: no reason to hold them
+                gathered = []
+                continue
+            if isinstance(job, tuple):
+                gathered.append(job)
+                if sum(spans.num_rows for spans, _ in gathered) < self._chunk_rows:
+                    self._jobs.task_done()  # a later _NOW (see wait) is done only once they are
+                    continue
+            try:
+                self._compute(gathered)
+                gathered = []
             finally:
                 self._jobs.task_done()
-        self._jobs.task_done()
+            if job == _STOP:
+                return
+
+    def _compute(self, gathered: list[tuple[pa.Table, pa.Table]]) -> None:
+        if not gathered:
+            return
+        import pyarrow as pa
+
+        spans = pa.concat_tables([s for s, _ in gathered])
+        pieces = pa.concat_tables([p for _, p in gathered])
+        tables = trace_features(spans, pieces)  # never raises: a failure is logged, the batch has none
+        if tables is not None:
+            with self._lock:
+                self._done.append(tables)
+
+
+_NOW: Final = "now"
+"""Asks the worker to compute the batches gathered so far."""
+_STOP: Final = "stop"
+"""Asks the worker to compute the batches gathered so far and end."""

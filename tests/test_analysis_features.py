@@ -148,10 +148,22 @@ def test_a_trace_written_in_two_batches_is_classified_from_its_spans(tmp_path):
     spans = trace_spans(trace_id, 1, 4)
     with DataDirWriter(data) as writer:
         writer.write_spans(spans_table(spans[:2]))
+        writer.flush()
         writer.write_spans(spans_table(spans[2:]))  # late spans: their own batch, their own features row
     dataset = Dataset(data)
     assert not _features.usable(dataset, Thresholds())
     assert dataset.classify()["category"].to_list() == ["error"]
+
+
+def test_write_calls_between_flushes_share_their_features_rows(tmp_path):
+    data = tmp_path / "data"
+    spans = trace_spans("ab" * 16, 1, 4)
+    with DataDirWriter(data) as writer:
+        writer.write_spans(spans_table(spans[:2]))
+        writer.write_spans(spans_table(spans[2:]))  # gathered with the first: one features row
+    dataset = Dataset(data)
+    assert _features.usable(dataset, Thresholds())
+    assert dataset.classify().equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
 
 
 def test_one_batch_of_the_same_spans_is_classified_from_its_features(tmp_path):
