@@ -2,16 +2,17 @@
 
 **On write** (:func:`trace_features`, run on the thread of a :class:`FeatureWorker` over the batches
 ``DataDirWriter.write_spans`` writes, gathered up to some 30k spans or the next flush: the collector,
-``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run through the classifier's own SQL, in a private DuckDB connection:
-``_rows`` (:data:`._candidates.ROWS_SQL`) over every trace of the batch, its roles
-(:data:`._rules.ROLES_SQL`), the rules that need nothing beyond the trace (:data:`._rules.ERROR_SQL`,
-:data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is checked against the tool list of its own
-request), and the tool-call checks of :mod:`._toolcalls` against the tool lists and schemas the batch
-shows. One ``trace_features`` row per trace keeps its span count, the tokens of its ``llm`` spans and its
-roles; one ``trace_checks`` row, for the traces that have any, the rest: those findings, the tool calls
-that break the schema they are checked against (whether another recorded version of the tool's schema
-explains them, ``schema_drift``, is only known over the whole data dir) with jsonschema's verdicts against
-every version the batch holds, and (on the batch's first trace) the batch's tool lists and enforced schemas.
+``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run through the
+classifier's own SQL, in a private DuckDB connection: ``_rows`` (:data:`._candidates.ROWS_SQL`) over every
+trace of the batch, its roles (:data:`._rules.ROLES_SQL`), the rules that need nothing beyond the trace
+(:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is checked against
+the tool list of its own request), and the tool-call checks of :mod:`._toolcalls` against the tool lists and
+schemas the batch shows. One ``trace_features`` row per trace keeps its span count, the tokens of its ``llm``
+spans and its roles; one ``trace_checks`` row, for the traces that have any, the rest: those findings, the
+tool calls that break the schema they are checked against (whether another recorded version of the tool's
+schema explains them, ``schema_drift``, is only known over the whole data dir) with jsonschema's verdicts
+against every version the batch holds, and (on the batch's first trace) the batch's tool lists and enforced
+schemas.
 
 **On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
 spans when they describe exactly the spans present: every span counted by one row (no trace written in two
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from functools import cache
@@ -65,7 +67,7 @@ def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
 # ------------------------------------------------------------------------------------------------ writing
 
 _BATCH: Final = """
-CREATE TEMP TABLE _batch AS
+CREATE TEMP VIEW _batch AS
 SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occurrence, seq, attempt,
        start_time, end_time, start_time_ns, end_time_ns, span_index, depth, status_code, error_type,
        status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens, finish_reason,
@@ -74,8 +76,9 @@ SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occur
        CASE WHEN kind IN ('llm', 'retriever') THEN response END AS response
 FROM batch
 """
-"""The columns of the batch the rules read, copied once into DuckDB (converting the Arrow ``attributes``
-map once, not in every query; payloads only of LLM calls and retrievals)."""
+"""The columns of the batch the rules read (payloads only of LLM calls and retrievals), a view over the
+Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct of the few the
+SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
 
 _SPANS_VIEW: Final = f"""
 CREATE VIEW spans AS SELECT * REPLACE (
@@ -124,6 +127,41 @@ FROM _batch
 WHERE kind = 'tool' AND tool_name IS NOT NULL AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL
 GROUP BY ALL
 """
+
+_READ_KEYS: Final = tuple(
+    sorted(
+        set(
+            re.findall(
+                r"attributes\['([^']+)'\]",
+                "".join(
+                    (
+                        _SPANS_VIEW,
+                        _SHAPE,
+                        _FIRST_LISTS,
+                        _ENFORCED,
+                        _candidates.ROWS_SQL,
+                        _candidates.REQUEST_TOOLS,
+                    )
+                ),
+            )
+        )
+    )
+)
+"""The attributes the SQL run on write reads: the batch's ``attributes`` map is cut down to a struct of
+them before DuckDB sees it (``attributes['k']`` reads a struct's field as it reads a map's key)."""
+
+
+def _read_attributes(spans: pa.Table) -> pa.Table:
+    """``spans`` with the ``attributes`` map replaced by a struct of :data:`_READ_KEYS` (null when absent)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    attributes = spans.column("attributes").combine_chunks()
+    struct = pa.StructArray.from_arrays(
+        [pc.map_lookup(attributes, key, "first") for key in _READ_KEYS], names=list(_READ_KEYS)
+    )
+    return spans.set_column(spans.schema.get_field_index("attributes"), "attributes", struct)
+
 
 _CANDIDATES: Final = """
 CREATE TEMP TABLE _candidates AS
@@ -217,7 +255,7 @@ def trace_features(spans: pa.Table, pieces: pa.Table) -> tuple[pa.Table, pa.Tabl
         connection.create_function(
             "tailcut_piece", _Pieces(pieces), ["VARCHAR", "VARCHAR"], "VARCHAR", null_handling="special"
         )
-        connection.register("batch", spans)
+        connection.register("batch", _read_attributes(spans))
         connection.execute(_BATCH)
         connection.execute(_SPANS_VIEW)
         table = _features(connection, Thresholds())
