@@ -67,7 +67,7 @@ def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
 # ------------------------------------------------------------------------------------------------ writing
 
 _BATCH: Final = """
-CREATE TEMP VIEW _batch AS
+CREATE OR REPLACE TEMP VIEW _batch AS
 SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occurrence, seq, attempt,
        start_time, end_time, start_time_ns, end_time_ns, span_index, depth, status_code, error_type,
        status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens, finish_reason,
@@ -81,7 +81,7 @@ Arrow batch: each query converts only the columns it reads, and ``attributes`` i
 SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
 
 _SPANS_VIEW: Final = f"""
-CREATE VIEW spans AS SELECT * REPLACE (
+CREATE OR REPLACE TEMP VIEW spans AS SELECT * REPLACE (
     timezone('UTC', make_timestamp_ns(start_time_ns)) AS start_time,
     timezone('UTC', make_timestamp_ns(end_time_ns)) AS end_time,
     CASE WHEN attributes['{attr.REQUEST_PIECED}'] = 'true'
@@ -164,7 +164,7 @@ def _read_attributes(spans: pa.Table) -> pa.Table:
 
 
 _CANDIDATES: Final = """
-CREATE TEMP TABLE _candidates AS
+CREATE OR REPLACE TEMP TABLE _candidates AS
 SELECT hash(trace_id) AS trace, true AS repeats, [max(depth)] AS deep FROM _batch GROUP BY trace_id
 """
 
@@ -217,7 +217,11 @@ def _role_fields() -> list[tuple[str, str]]:
 class _Pieces:
     """The batch's request pieces by (trace, sha256): what ``tailcut_piece`` expands placeholders from."""
 
-    def __init__(self, pieces: pa.Table) -> None:
+    def __init__(self) -> None:
+        self.texts: dict[tuple[str, str], str] = {}
+
+    def load(self, pieces: pa.Table) -> None:
+        """Hold the pieces of the batch about to be computed."""
         self.texts = {
             (trace, sha): text
             for trace, sha, text in zip(
@@ -236,9 +240,44 @@ class _Pieces:
         return expand(text, lambda sha: self.texts[(trace_id, sha)])  # KeyError: the piece is elsewhere
 
 
-def trace_features(spans: pa.Table, pieces: pa.Table) -> tuple[pa.Table, pa.Table] | None:
+class Session:
+    """A DuckDB connection :func:`trace_features` computes in, kept from batch to batch (connecting and
+    closing cost some 10 ms of CPU each time), with its ``tailcut_piece`` function."""
+
+    def __init__(self) -> None:
+        import duckdb
+
+        self.connection = duckdb.connect(
+            config={"threads": 1}
+        )  # small batches: threads cost more than they save
+        self.pieces = _Pieces()
+        self.connection.create_function(
+            "tailcut_piece", self.pieces, ["VARCHAR", "VARCHAR"], "VARCHAR", null_handling="special"
+        )
+        self.broken = False
+
+    def clear(self) -> None:
+        """Let go of the last batch (its Arrow tables and scratch tables)."""
+        self.pieces.texts = {}
+        for name in _SCRATCH_TABLES:
+            self.connection.execute(f"DROP TABLE IF EXISTS {name}")
+        for name in _REGISTERED:
+            self.connection.unregister(name)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+_SCRATCH_TABLES: Final = ("_candidates", "_rows", "_roles")
+_REGISTERED: Final = ("batch", "_first_lists", "_local", "_calls", "_lists", "_enforced", "_base")
+
+
+def trace_features(
+    spans: pa.Table, pieces: pa.Table, session: Session | None = None
+) -> tuple[pa.Table, pa.Table] | None:
     """The ``trace_features`` and ``trace_checks`` rows of a batch of ``spans`` rows (and the ``pieces``
-    they carried), under the default thresholds.
+    they carried), under the default thresholds, computed in ``session`` (closed if the computation
+    fails: ``broken``) or a connection of its own.
 
     Returns None when the batch cannot be described on its own (a request put together from a piece
     that is not in the batch) or the computation fails (logged): its traces are then classified from
@@ -250,29 +289,32 @@ def trace_features(spans: pa.Table, pieces: pa.Table) -> tuple[pa.Table, pa.Tabl
     from tailcut.analysis._classify import Thresholds
     from tailcut.exporters import schema
 
-    connection = duckdb.connect(config={"threads": 1})  # small batches: threads cost more than they save
+    own = session is None
+    session = Session() if session is None else session
     try:
-        connection.create_function(
-            "tailcut_piece", _Pieces(pieces), ["VARCHAR", "VARCHAR"], "VARCHAR", null_handling="special"
-        )
-        connection.register("batch", _read_attributes(spans))
-        connection.execute(_BATCH)
-        connection.execute(_SPANS_VIEW)
-        table = _features(connection, Thresholds())
+        session.pieces.load(pieces)
+        session.connection.register("batch", _read_attributes(spans))
+        session.connection.execute(_BATCH)
+        session.connection.execute(_SPANS_VIEW)
+        table = _features(session.connection, Thresholds())
         checks = table.filter(pc.equal(table["checks"], 1))
+        session.clear()
         return (
             table.select(schema.TRACE_FEATURES.names).cast(schema.TRACE_FEATURES),
             checks.select(schema.TRACE_CHECKS.names).cast(schema.TRACE_CHECKS),
         )
     except duckdb.Error as exc:
+        session.broken = True
         if "tailcut_piece" not in str(exc):
             _logger.warning("trace features not computed for a batch of %d spans: %s", spans.num_rows, exc)
         return None
     except Exception as exc:  # a bug here must not lose the spans being written
+        session.broken = True
         _logger.warning("trace features not computed for a batch of %d spans: %r", spans.num_rows, exc)
         return None
     finally:
-        connection.close()
+        if own or session.broken:
+            session.close()
 
 
 def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.Table:
@@ -300,7 +342,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         "{request_tools}", _candidates.REQUEST_TOOLS if third_party else "NULL::VARCHAR"
     )
     connection.execute(rows, _rules.named_parameters(rows, parameters))
-    connection.execute(f"CREATE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
+    connection.execute(f"CREATE OR REPLACE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
     if third_party and (others := _toolcalls.third_party_lists(connection)):
         lists = [*lists, *others]
         book = _toolcalls.load_schema_book(lists, enforced)
@@ -542,6 +584,7 @@ class FeatureWorker:
         self._linger = linger
         self._lock = threading.Lock()
         self._done: list[tuple[pa.Table, pa.Table]] = []
+        self._session: Session | None = None
         self._thread = threading.Thread(target=self._run, name="tailcut-trace-features", daemon=True)
         self._thread.start()
 
@@ -587,6 +630,8 @@ class FeatureWorker:
             finally:
                 self._jobs.task_done()
             if job == _STOP:
+                if self._session is not None and not self._session.broken:
+                    self._session.close()
                 return
 
     def _compute(self, gathered: list[tuple[pa.Table, pa.Table]]) -> None:
@@ -594,9 +639,15 @@ class FeatureWorker:
             return
         import pyarrow as pa
 
-        spans = pa.concat_tables([s for s, _ in gathered])
-        pieces = pa.concat_tables([p for _, p in gathered])
-        tables = trace_features(spans, pieces)  # never raises: a failure is logged, the batch has none
+        try:
+            spans = pa.concat_tables([s for s, _ in gathered])
+            pieces = pa.concat_tables([p for _, p in gathered])
+            if self._session is None or self._session.broken:
+                self._session = Session()
+        except Exception as exc:  # the spans are written: only their features are lost
+            _logger.warning("trace features not computed for %d batches: %r", len(gathered), exc)
+            return
+        tables = trace_features(spans, pieces, self._session)  # never raises: a failure is logged
         if tables is not None:
             with self._lock:
                 self._done.append(tables)

@@ -166,6 +166,18 @@ def test_write_calls_between_flushes_share_their_features_rows(tmp_path):
     assert dataset.classify().equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
 
 
+def test_batches_computed_one_after_the_other_in_one_session_keep_their_own_rows(tmp_path):
+    data = tmp_path / "data"
+    with DataDirWriter(data) as writer:
+        writer.write_spans(spans_table(trace_spans("ab" * 16, 1, 4)))
+        writer.flush()  # the first computation; the second runs in the same DuckDB connection
+        writer.write_spans(spans_table(trace_spans("cd" * 16, 10, 2)))
+    dataset = Dataset(data)
+    assert sorted(read_table(data, "trace_features")["trace_id"].to_pylist()) == ["ab" * 16, "cd" * 16]
+    assert _features.usable(dataset, Thresholds())
+    assert dataset.classify().equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
+
+
 def test_one_batch_of_the_same_spans_is_classified_from_its_features(tmp_path):
     data = tmp_path / "data"
     with DataDirWriter(data) as writer:
