@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -321,10 +322,8 @@ EXPECTED: dict[str, dict[str, tuple[str, int | None, str]]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """Every scenario once, plus normal runs (the census the cost and structure z-scores need)."""
-    data = tmp_path_factory.mktemp("classify") / "data"
+def record_census(data: Path) -> dict[str, str]:
+    """Record normal runs, then every scenario once, through the SDK; the trace id of each scenario."""
     traces: dict[str, str] = {}
 
     def body() -> None:
@@ -340,6 +339,14 @@ def recorded(tmp_path_factory):
                 pass
 
     record(data, body)
+    return traces
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """Every scenario once, plus normal runs (the census the cost and structure z-scores need)."""
+    data = tmp_path_factory.mktemp("classify") / "data"
+    traces = record_census(data)
     scripted_clock(data)  # durations the cost rule reads must not depend on the host's speed
     dataset = Dataset(data)
     return dataset, traces, dataset.classify()

@@ -11,11 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tailcut
 from tailcut.analysis import Dataset, Thresholds, _features
 from tailcut.exporters import DataDirWriter
-from tests.analysis_support import read_table, record, spans_table
-from tests.test_analysis_classify import NORMAL_RUNS, SCENARIOS, normal_run
+from tests.analysis_support import read_table, spans_table
+from tests.test_analysis_classify import record_census
 
 #: The exhaustive classification: every span read, every tool call re-validated.
 EXHAUSTIVE = {"trust_recorded_counts": False, "trust_trace_signals": False}
@@ -25,19 +24,7 @@ EXHAUSTIVE = {"trust_recorded_counts": False, "trust_trace_signals": False}
 def recorded(tmp_path_factory) -> Path:
     """Every classifier scenario once plus normal runs, recorded by the SDK through the embedded exporter."""
     data = tmp_path_factory.mktemp("features") / "data"
-
-    def body() -> None:
-        for i in range(NORMAL_RUNS):
-            with tailcut.run("support", input={"i": i}) as run:
-                normal_run(run, i)
-        for name, scenario in SCENARIOS.items():
-            try:
-                with tailcut.run("support", input={"scenario": name}) as run:
-                    scenario(run)
-            except (RuntimeError, ValueError):
-                pass
-
-    record(data, body)
+    record_census(data)
     return data
 
 

@@ -266,25 +266,15 @@ def test_carriers_of_one_span_fit_one_request_each():
 
 
 def test_collect_forwards_whole_spans_and_no_carriers(tmp_path: Path, server, oai):
-    import yaml
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     from tailcut.analysis import Dataset
-    from tailcut.collector import Collector, load_config
     from tests.otlp_sink import OtlpSink
-    from tests.test_collector_helpers import write_config
+    from tests.test_collector_helpers import start_forwarding_collector
 
     result = numbered("row", "a tool's long answer", 60_000)
     with OtlpSink() as sink:
-        config = write_config(
-            tmp_path, policies=[{"name": "all", "type": "always_sample"}], decision_wait="600s"
-        )
-        document = yaml.safe_load(config.read_text())
-        document["exporters"]["otlphttp"] = {"endpoint": sink.endpoint}
-        document["service"]["pipelines"]["traces"]["exporters"].append("otlphttp")
-        config.write_text(yaml.safe_dump(document))
-        collector = Collector(load_config(config))
-        collector.start()
+        collector = start_forwarding_collector(tmp_path, sink.endpoint, decision_wait="600s")
         provider = TracerProvider()
         url = f"http://127.0.0.1:{collector.ports.http}/v1/traces"
         provider.add_span_processor(

@@ -57,6 +57,18 @@ def start_collector(directory: Path, **config: Any) -> Collector:
     return collector
 
 
+def start_forwarding_collector(directory: Path, endpoint: str, **config: Any) -> Collector:
+    """A started collector keeping every trace and forwarding it to the OTLP/HTTP receiver at ``endpoint``."""
+    path = write_config(directory, policies=[{"name": "all", "type": "always_sample"}], **config)
+    document = yaml.safe_load(path.read_text())
+    document["exporters"]["otlphttp"] = {"endpoint": endpoint}
+    document["service"]["pipelines"]["traces"]["exporters"].append("otlphttp")
+    path.write_text(yaml.safe_dump(document))
+    collector = Collector(load_config(path))
+    collector.start()
+    return collector
+
+
 def attribute(key: str, value: Any) -> KeyValue:
     if isinstance(value, bool):
         return KeyValue(key=key, value=AnyValue(bool_value=value))

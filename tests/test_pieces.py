@@ -193,23 +193,15 @@ def test_the_reader_names_a_missing_piece_and_passes_whole_payloads_through(tmp_
 
 
 def test_collect_forwards_spans_with_full_content(tmp_path: Path, server, oai):
-    import yaml
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from tailcut.collector import Collector, load_config
     from tests.otlp_sink import OtlpSink
-    from tests.test_collector_helpers import write_config
+    from tests.test_collector_helpers import start_forwarding_collector
 
     with OtlpSink() as sink:
-        config = write_config(tmp_path, policies=[{"name": "all", "type": "always_sample"}])
-        document = yaml.safe_load(config.read_text())
-        document["exporters"]["otlphttp"] = {"endpoint": sink.endpoint}
-        document["service"]["pipelines"]["traces"]["exporters"].append("otlphttp")
-        config.write_text(yaml.safe_dump(document))
-        collector = Collector(load_config(config))
-        collector.start()
+        collector = start_forwarding_collector(tmp_path, sink.endpoint)
         provider = TracerProvider()
         url = f"http://127.0.0.1:{collector.ports.http}/v1/traces"
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url)))
