@@ -20,7 +20,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.trace import Link, Status, StatusCode
 
 import tailcut
-from tailcut import _config
 from tailcut import attributes as attr
 from tailcut._carriers import (
     DEFAULT_GRPC_BOUND,
@@ -36,7 +35,7 @@ from tailcut._pieces import TOKEN_START, expand, placeholder
 from tailcut._processor import RecordingSpanProcessor
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.signals import SpanSignals, trace_signals
-from tests.loop_agent import SYSTEM, numbered
+from tests.loop_agent import numbered
 
 TOKEN = re.compile(re.escape(TOKEN_START) + '[0-9a-f]{64}"}')
 texts = st.text(st.characters(codec="utf-8"), max_size=300)
@@ -269,36 +268,18 @@ def test_collect_forwards_whole_spans_and_no_carriers(tmp_path: Path, server, oa
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     from tailcut.analysis import Dataset
-    from tests.otlp_sink import OtlpSink
-    from tests.test_collector_helpers import start_forwarding_collector
+    from tests.test_pieces import forward_tool_loop
 
     result = numbered("row", "a tool's long answer", 60_000)
-    with OtlpSink() as sink:
-        collector = start_forwarding_collector(tmp_path, sink.endpoint, decision_wait="600s")
-        provider = TracerProvider()
-        url = f"http://127.0.0.1:{collector.ports.http}/v1/traces"
-        provider.add_span_processor(
-            RecordingSpanProcessor(OTLPSpanExporter(endpoint=url), max_export_bytes=8192)
-        )
-        # A 1 MiB inline limit: the tool result is one piece, chunked to cross in 8 KiB requests.
-        recording = _config.Config(enabled=True, tracer=provider.get_tracer("t"), inline_limit=1 << 20)
-        previous = _config.install(recording)
-        tailcut.instrument_openai()
-        lookup = tailcut.tool(name="lookup")(lambda step: result)
-        try:
-            with tailcut.run("forwarded"):
-                messages = [{"role": "system", "content": SYSTEM}]
-                for step in range(2):
-                    oai.chat.completions.create(model="m", messages=messages)
-                    messages.append({"role": "user", "content": lookup(step)})
-                oai.chat.completions.create(model="m", messages=messages)
-        finally:
-            tailcut.uninstrument_openai()
-            _config.install(previous)
-            provider.shutdown()
-            assert collector.wait_idle(30)
-            collector.stop()
-    forwarded = [span for _, span in sink.spans]
+    # A 1 MiB inline limit: the tool result is one piece, chunked to cross in 8 KiB requests.
+    forwarded = forward_tool_loop(
+        tmp_path,
+        oai,
+        [result, result],
+        export=lambda url: RecordingSpanProcessor(OTLPSpanExporter(endpoint=url), max_export_bytes=8192),
+        inline_limit=1 << 20,
+        decision_wait="600s",
+    )
     assert attr.CARRIER_SPAN_NAME not in [span.name for span in forwarded]
     attributes = [{kv.key: kv.value for kv in span.attributes} for span in forwarded]
     llm = [a for a in attributes if a["tailcut.kind"].string_value == "llm"]

@@ -192,7 +192,12 @@ def test_the_reader_names_a_missing_piece_and_passes_whole_payloads_through(tmp_
     assert reader.payload('{"a":1}', trace_id="t", boundary="b", sha256=None) == '{"a":1}'
 
 
-def test_collect_forwards_spans_with_full_content(tmp_path: Path, server, oai):
+def forward_tool_loop(tmp_path: Path, oai, results: list[str], *, export=None, inline_limit=None, **config):
+    """Run an agent through the SDK into a collector that keeps every trace and forwards it: an LLM call,
+    then for each of ``results`` a tool call returning it and another LLM call. The spans forwarded.
+
+    ``export`` builds the span processor for the collector's URL (default: a simple OTLP/HTTP one).
+    """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -201,26 +206,34 @@ def test_collect_forwards_spans_with_full_content(tmp_path: Path, server, oai):
     from tests.test_collector_helpers import start_forwarding_collector
 
     with OtlpSink() as sink:
-        collector = start_forwarding_collector(tmp_path, sink.endpoint)
+        collector = start_forwarding_collector(tmp_path, sink.endpoint, **config)
         provider = TracerProvider()
         url = f"http://127.0.0.1:{collector.ports.http}/v1/traces"
-        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url)))
-        previous = _config.install(_config.Config(enabled=True, tracer=provider.get_tracer("t")))
+        processor = export(url) if export else SimpleSpanProcessor(OTLPSpanExporter(endpoint=url))
+        provider.add_span_processor(processor)
+        limit = {} if inline_limit is None else {"inline_limit": inline_limit}
+        recording = _config.Config(enabled=True, tracer=provider.get_tracer("t"), **limit)
+        previous = _config.install(recording)
         tailcut.instrument_openai()
-        lookup = tailcut.tool(name="lookup")(lambda step: f"result {step} " * 200)
+        lookup = tailcut.tool(name="lookup")(lambda step: results[step])
         try:
             with tailcut.run("forwarded"):
                 messages = [{"role": "system", "content": SYSTEM}]
-                for step in range(3):
-                    oai.chat.completions.create(model="m", messages=messages)
+                oai.chat.completions.create(model="m", messages=messages)
+                for step in range(len(results)):
                     messages.append({"role": "user", "content": lookup(step)})
+                    oai.chat.completions.create(model="m", messages=messages)
         finally:
             tailcut.uninstrument_openai()
             _config.install(previous)
             provider.shutdown()
             assert collector.wait_idle(30)
             collector.stop()
-    forwarded = [span for _, span in sink.spans]
+    return [span for _, span in sink.spans]
+
+
+def test_collect_forwards_spans_with_full_content(tmp_path: Path, server, oai):
+    forwarded = forward_tool_loop(tmp_path, oai, [f"result {step} " * 200 for step in range(3)])
     attributes = [{kv.key: kv.value for kv in span.attributes} for span in forwarded]
     llm = [a for a in attributes if a["tailcut.kind"].string_value == "llm"]
     assert [a[attr.REQUEST].string_value for a in llm] == [canonical_json(r.body) for r in server.requests]
