@@ -5,9 +5,10 @@ after its root span arrived when that is sooner (and the grace is not 0). Both d
 order traces (or roots) arrive, so two FIFO orders replace a priority queue: the pending map itself,
 oldest first, and a queue of root arrivals. The oldest trace is also the one memory bounds evict first.
 
-Each span is kept as the bytes it arrived in (about its encoded size in memory) plus the few facts the
-signals and policies need (:class:`~tailcut.collector._facts.BufferedSpan`); nothing else is decoded
-until a trace is kept.
+Each span is kept as the bytes it arrived in (about its encoded size in memory) and the origin it came
+under; what the signals and policies need of it is folded into its trace's
+:class:`~tailcut.collector._signals.TraceTally` on arrival, and nothing else is decoded until a trace is
+kept.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import collections
 from collections.abc import Iterator
 from typing import Any
 
-from tailcut.collector._facts import BufferedSpan
-from tailcut.collector._signals import SignalTally
+from tailcut.collector._signals import TraceTally
 
 
 class Hold:
@@ -34,12 +34,15 @@ class PendingTrace:
 
     __slots__ = (
         "agent_name",
+        "datas",
         "first_seen",
         "hold",
         "nbytes",
+        "origins",
         "root",
         "root_at",
-        "spans",
+        "root_index",
+        "root_origin",
         "tally",
         "trace_id",
         "values",
@@ -49,14 +52,19 @@ class PendingTrace:
         self.trace_id = trace_id
         self.first_seen = now
         self.root_at: float | None = None
-        self.spans: list[BufferedSpan] = []
-        self.tally = SignalTally()
+        #: The spans' bytes and the origin each arrived under, in arrival order.
+        self.datas: list[bytes] = []
+        self.origins: list[Any] = []
+        self.tally = TraceTally()
         self.nbytes = 0
         #: Values of the attribute keys policies read, as found on the trace's spans.
         self.values: dict[str, list[Any]] = {}
         #: What the ``traces`` row takes from the root span, and the first agent span's name.
         self.root: Any = None
         self.agent_name: str | None = None
+        #: Position of the first root span, and the origin of the last one (None without a root).
+        self.root_index: int | None = None
+        self.root_origin: Any = None
         self.hold = Hold()
 
 
@@ -88,16 +96,21 @@ class TraceBuffer:
         trace = self.pending[trace_id] = PendingTrace(trace_id, now)
         return trace
 
-    def add(self, trace: PendingTrace, span: BufferedSpan, is_root: bool, now: float) -> None:
+    def add(self, trace: PendingTrace, data: bytes, origin: Any, is_root: bool, now: float) -> None:
         """Append one span to ``trace``; a first root span starts the root grace."""
-        trace.spans.append(span)
-        size = len(span.data)
+        datas = trace.datas
+        if is_root:
+            trace.root_origin = origin
+            if trace.root_at is None:
+                trace.root_at = now
+                trace.root_index = len(datas)
+                if self.root_grace > 0:
+                    self._roots.append((now + self.root_grace, trace.trace_id))
+        datas.append(data)
+        trace.origins.append(origin)
+        size = len(data)
         trace.nbytes += size
         self.nbytes += size
-        if is_root and trace.root_at is None:
-            trace.root_at = now
-            if self.root_grace > 0:
-                self._roots.append((now + self.root_grace, trace.trace_id))
 
     def remove(self, trace: PendingTrace) -> None:
         del self.pending[trace.trace_id]

@@ -10,20 +10,16 @@ columns, so the signals agree with the stored rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from hashlib import blake2b
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
-from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters import _names as names
 from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
 from tailcut.exporters._pricing import Pricing, default_pricing
 from tailcut.exporters._signals import ID_KEYS, trace_cost
-
-if TYPE_CHECKING:
-    from tailcut.collector._signals import SignalTally
 
 ERROR_STATUS: Final = 2
 _KIND_BY_RAW: Final = {encode_string_value(kind): kind for kind in attr.KINDS}
@@ -67,12 +63,13 @@ _ATTEMPT: Final = attr.ATTEMPT
 _INT_TAG: Final = b"\x18"  # AnyValue.int_value
 
 
-class BufferedSpan(NamedTuple):
-    """One buffered span: what the signals need of it, its encoded bytes and where it came from.
+class SpanRecord(NamedTuple):
+    """What the signals need of one span, read from its bytes (the first eight fields are those of
+    :class:`tailcut.signals.SpanSignals`, so records feed :func:`tailcut.signals.trace_signals` as they are).
 
-    A tuple (created with ``tuple.__new__``) because the buffer holds one per span. The first eight
-    fields are those of :class:`tailcut.signals.SpanSignals`, so the buffered spans feed
-    :func:`tailcut.signals.trace_signals` as they are.
+    A tuple of plain values (created with ``tuple.__new__``): the garbage collector stops tracking it, so
+    the records a trace keeps (of its llm spans, :class:`~tailcut.collector._signals.TraceTally`) cost it
+    nothing.
     """
 
     span_id: bytes
@@ -83,9 +80,6 @@ class BufferedSpan(NamedTuple):
     input_tokens: int
     output_tokens: int
     schema_violations: int
-    status: int  # OTLP status code: 0 unset, 1 ok, 2 error
-    data: bytes  # the span exactly as received (encoded ``Span``)
-    origin: Any  # the shared ``(resource, scope)`` it arrived under
     model: bytes | None  # an llm span's model (its encoded ``AnyValue``), priced when the trace is decided
 
 
@@ -117,31 +111,15 @@ def span_kind(attributes: Any) -> str:
     return resolve_kind({key: any_value(attributes[key]) for key in KIND_KEYS if key in attributes})
 
 
-def buffered_span(
-    span: Any, attributes: Any, span_id: bytes, parent: bytes, data: bytes, origin: Any, tally: SignalTally
-) -> BufferedSpan:
-    """The buffer's record of a span parsed with the lazy ``SpanFacts`` type; adds its times to ``tally``.
+def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> SpanRecord:
+    """The record of a span parsed with the lazy ``SpanFacts`` type.
 
     ``attributes`` is ``span.attributes`` (read once by the caller: each read builds a new map view).
     """
     kind = _KIND_BY_RAW.get(attributes.get(_KIND))  # type: ignore[arg-type]
     if kind is None:
         kind = span_kind(attributes)
-    status = span.status.code
-    start = span.start_time_unix_nano
-    end = span.end_time_unix_nano
-    if start < tally.start_ns or tally.start_ns < 0:
-        tally.start_ns = start
-    if end > tally.end_ns:
-        tally.end_ns = end
-    tally.status_mask |= 1 << status
-    tracestate = span.trace_state
-    if tracestate:
-        found = threshold(tracestate)
-        if found is not None and found > tally.head_threshold:
-            tally.head_threshold = found
-    input_tokens = output_tokens = violations = 0
-    tool_key = model = None
+    failed = span.status.code == ERROR_STATUS
     if kind == "llm":
         raw = attributes.get(_INPUT_TOKENS)
         input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
@@ -149,7 +127,11 @@ def buffered_span(
         output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
         violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
         model = _first(attributes, _MODEL_KEYS)
-    elif kind == "tool":
+        return _new(
+            SpanRecord, (span_id, parent, kind, failed, None, input_tokens, output_tokens, violations, model)
+        )
+    tool_key = None
+    if kind == "tool":
         # A retry is not a new call; a non-integer attempt counts as absent.
         attempt = attributes.get(_ATTEMPT)
         if attempt is None or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
@@ -157,45 +139,36 @@ def buffered_span(
             arguments = _first(attributes, _TOOL_ARGUMENT_KEYS) or b""
             # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy.
             tool_key = blake2b(len(tool).to_bytes(4, "little") + tool + arguments, digest_size=16).digest()
-    return _new(
-        BufferedSpan,
-        (
-            span_id,
-            parent,
-            kind,
-            status == ERROR_STATUS,
-            tool_key,
-            input_tokens,
-            output_tokens,
-            violations,
-            status,
-            data,
-            origin,
-            model,
-        ),
-    )
+    return _new(SpanRecord, (span_id, parent, kind, failed, tool_key, 0, 0, 0, None))
 
 
-def trace_cost_usd(spans: Sequence[BufferedSpan], pricing: Pricing | None = None) -> float | None:
-    """A trace's ``cost_usd`` from its buffered spans (as :func:`tailcut.exporters._signals.trace_cost`),
-    at ``pricing`` (default: :func:`~tailcut.exporters._pricing.default_pricing`)."""
+def model_pricer(pricing: Pricing | None = None) -> Callable[[bytes | None, int, int], float | None]:
+    """USD of one model call from its encoded model name and token counts, at ``pricing`` (default:
+    :func:`~tailcut.exporters._pricing.default_pricing`); None for an unpriced or absent model."""
     if pricing is None:
         pricing = default_pricing()
-    names = _MODEL_NAMES
-    if len(names) > _MAX_MODEL_NAMES:
-        names.clear()
+    price = pricing.cost
 
-    def cost(span: BufferedSpan) -> float | None:
-        raw = span.model
+    def cost(raw: bytes | None, input_tokens: int, output_tokens: int) -> float | None:
         if raw is None:
             return None
+        names = _MODEL_NAMES
         name = names.get(raw, _UNSEEN)
         if name is _UNSEEN:
+            if len(names) > _MAX_MODEL_NAMES:
+                names.clear()
             value = any_value(raw)
             name = names[raw] = value if type(value) is str else None
-        return pricing.cost(name, span.input_tokens, span.output_tokens)  # type: ignore[arg-type]
+        return price(name, input_tokens, output_tokens)  # type: ignore[arg-type]
 
-    return trace_cost(spans, cost)
+    return cost
+
+
+def trace_cost_usd(records: Sequence[SpanRecord], pricing: Pricing | None = None) -> float | None:
+    """A trace's ``cost_usd`` from its span records (as :func:`tailcut.exporters._signals.trace_cost`),
+    at ``pricing`` (default: :func:`~tailcut.exporters._pricing.default_pricing`)."""
+    cost = model_pricer(pricing)
+    return trace_cost(records, lambda record: cost(record.model, record.input_tokens, record.output_tokens))
 
 
 def root_facts(span: Any) -> RootFacts:

@@ -31,7 +31,6 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -45,7 +44,7 @@ from tailcut.collector._cache import DecisionCache
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._facts import BufferedSpan, agent_name, buffered_span, root_facts, trace_cost_usd
+from tailcut.collector._facts import agent_name, model_pricer, root_facts
 from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._journal import (
     CLOSED,
@@ -66,11 +65,11 @@ from tailcut.collector._journal import (
     spans_record,
 )
 from tailcut.collector._metrics import TS, CollectorMetrics
-from tailcut.collector._otlp import OtlpError, SpanFacts, any_value, overloaded, request_spans
+from tailcut.collector._otlp import OtlpError, any_value, overloaded, request_spans
 from tailcut.collector._receivers import IngestResult
 from tailcut.collector._rows import TraceRow
-from tailcut.collector._signals import SIGNAL_READERS, SignalTally, compute_signals
-from tailcut.collector._sink import KeptSpans, Sink
+from tailcut.collector._signals import SIGNAL_READERS, tally_of
+from tailcut.collector._sink import KeptSpans, RawSpan, Sink
 from tailcut.collector._votes import Decision, TraceView
 from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
 from tailcut.exporters._pricing import default_pricing
@@ -149,6 +148,7 @@ class Processor:
         self.late_window = limits.late_span_window
         #: The prices ``cost_usd`` is computed with, read once at start (``$TAILCUT_PRICING`` included).
         self.pricing = default_pricing()
+        self._cost = model_pricer(self.pricing)
         self._init_state()
         keys = self.policies.attribute_keys()
         self.span_keys = tuple(sorted(key for key in keys if not key.startswith(_SIGNAL_PREFIX)))
@@ -425,7 +425,7 @@ class Processor:
             return
         offset = time.time() - time.monotonic()
         segment = wal.append(
-            [compact_record(trace.trace_id, trace.first_seen + offset, trace.spans) for trace in victims]
+            [compact_record(trace.trace_id, trace.first_seen + offset, _raw(trace)) for trace in victims]
         )
         for trace in victims:
             wal.release(trace.hold.segments)
@@ -529,11 +529,11 @@ class Processor:
                     new_traces += 1
                 touched[trace_id] = trace.hold
                 attributes = span.attributes
-                record = buffered_span(span, attributes, span_id, parent, data, origin, trace.tally)
+                kind = trace.tally.add(span, attributes, span_id, parent)
                 if not parent:
                     if trace.root is None:
                         trace.root = root_facts(span)
-                elif record.kind == "agent" and trace.agent_name is None:
+                elif kind == "agent" and trace.agent_name is None:
                     trace.agent_name = agent_name(span)
                 if span_keys:
                     values = trace.values
@@ -541,8 +541,8 @@ class Processor:
                         raw = attributes.get(key)
                         if raw is not None:
                             values.setdefault(key, []).append(any_value(raw))
-                buffer.add(trace, record, not parent, now)
-                if len(trace.spans) >= max_spans and not replaying:
+                buffer.add(trace, data, origin, not parent, now)
+                if len(trace.datas) >= max_spans and not replaying:
                     buffer.remove(trace)
                     self._decide(trace, "max_spans", now)
         if accepted:
@@ -695,17 +695,13 @@ class Processor:
             self.dropped_cache.put(trace_id, open_row.decided_at)
 
     def _decide(self, trace: PendingTrace, reason: str, now: float) -> None:
-        spans = trace.spans
-        signals = compute_signals(spans, trace.tally)
+        signals = trace.tally.signals(trace.datas, self._cost)
         root = trace.root
-        # The service is the root's (as in the exporters' signals), else the first span's.
-        service_name = spans[0].origin.service_name
-        if root is not None:
-            root_span = next(span for span in reversed(spans) if not span.parent_span_id)
-            service_name = root_span.origin.service_name
+        # The service is the (last) root's (as in the exporters' signals), else the first span's.
+        service_name = (trace.origins[0] if root is None else trace.root_origin).service_name
         resource_values: list[dict[str, list[Any]]] = []
         if service_name is None or self._resource_keys:
-            origins = {id(span.origin): span.origin for span in spans}.values()
+            origins = {id(origin): origin for origin in trace.origins}.values()
             service_name = next((origin.service_name for origin in origins if origin.service_name), None)
             resource_values = [origin.values for origin in origins if origin.values]
         measures = (signals.total_tokens, signals.duration_ms, signals.span_count)
@@ -778,23 +774,23 @@ class Processor:
             has_root=root is not None,
             orphan_count=signals.orphan_count,
             late_spans=0,
-            cost_usd=trace_cost_usd(spans, self.pricing),
+            cost_usd=signals.cost_usd,
             session_id=_text(root_values.get("session_id")),
             user_id=_text(root_values.get("user_id")),
             conversation_id=_text(root_values.get("conversation_id")),
         )
-        self._record(decided_record(trace.trace_id, len(spans), row))
+        self._record(decided_record(trace.trace_id, len(trace.datas), row))
         written = signals.attributes(anomaly_score) if decision.kept else _NO_VALUES  # on the root
         self._settle(trace, decision, row, written, now)
 
     def _redecide(self, trace: PendingTrace, span_count: int, row: TraceRow, decided_at: float) -> None:
         """Replay a logged decision: the trace's first ``span_count`` spans; any after them are late."""
-        spans = trace.spans
-        extra = spans[span_count:]
+        datas = trace.datas
+        extra = list(zip(datas[span_count:], trace.origins[span_count:], strict=True))
         if extra:  # a max_spans decision in the middle of a request: recount what it covered
-            del spans[span_count:]
-            trace.tally = _tally(spans)
-        signals = compute_signals(spans, trace.tally)
+            del datas[span_count:], trace.origins[span_count:]
+            trace.tally = tally_of(datas)
+        signals = trace.tally.signals(datas, self._cost)
         if row.baseline or not self.policies.baseline_policies:
             self.anomaly.observe(
                 (row.service_name, row.root_name),
@@ -802,7 +798,7 @@ class Processor:
             )
         self._settle(trace, decision_of(row), row, signals.attributes(row.anomaly_score), decided_at)
         if extra:
-            self._late(trace.trace_id, [(span.data, span.origin) for span in extra], decided_at)
+            self._late(trace.trace_id, extra, decided_at)
 
     def _settle(
         self, trace: PendingTrace, decision: TraceDecision, row: TraceRow, signal_attributes: Any, now: float
@@ -810,13 +806,14 @@ class Processor:
         """Hand a decided trace's kept spans over and open its row for late spans."""
         counts = self.counts
         counts["traces"] += 1
-        spans = trace.spans
+        count = len(trace.datas)
         if decision.kept:
             counts["kept"] += 1
-            counts["spans_kept"] += len(spans)
-            self._emit(KeptSpans(trace.trace_id, spans, decision, signal_attributes), None)
+            counts["spans_kept"] += count
+            kept = KeptSpans(trace.trace_id, _raw(trace), decision, signal_attributes, root=trace.root_index)
+            self._emit(kept, None)
         else:
-            counts["spans_dropped"] += len(spans)
+            counts["spans_dropped"] += count
         open_row = OpenRow(row, decision, now, now + self.late_window, trace.hold)
         if self.late_window > 0:
             self.open_rows[trace.trace_id] = open_row
@@ -843,15 +840,9 @@ def _unavailable(error: BaseException | None) -> OtlpError:
     )
 
 
-def _tally(spans: Sequence[BufferedSpan]) -> SignalTally:
-    """The running totals of ``spans`` computed afresh (when a replayed decision covers fewer spans)."""
-    tally = SignalTally()
-    for span in spans:
-        facts = SpanFacts.FromString(span.data)
-        buffered_span(
-            facts, facts.attributes, span.span_id, span.parent_span_id, span.data, span.origin, tally
-        )
-    return tally
+def _raw(trace: PendingTrace) -> list[RawSpan]:
+    """A pending trace's spans as the writer and the log take them (bytes and origin)."""
+    return [RawSpan(data, origin) for data, origin in zip(trace.datas, trace.origins, strict=True)]
 
 
 def _text(value: Any) -> str | None:

@@ -1,36 +1,230 @@
-"""Trace signals of a whole trace, computed by the collector from every buffered span.
+"""Trace signals of a whole trace, folded in by the collector as each span arrives.
 
 The SDK writes the signals on its run's root for the spans *its* process recorded; the collector
 recomputes them over all spans of the trace (third-party spans and other processes included) before
 the policies run, and writes them on the root span and the ``traces`` row. The rules are those of
-:mod:`tailcut.signals`, applied by its :func:`~tailcut.signals.trace_signals` to the buffered spans as
-they are (their first fields are a :class:`~tailcut.signals.SpanSignals`).
+:mod:`tailcut.signals`.
+
+A pending trace's :class:`TraceTally` takes each span's contribution as it arrives (times, status codes,
+error and tool counts, the parent links and its llm calls), so deciding a trace costs one pass over its
+parent links and its llm calls (:meth:`TraceTally.signals`), not over decoded spans. What depends on the
+tree (depth, orphans, the nested-call rule for llm spans) is settled then, when every span is known. A
+trace with two spans of one id is the exception: its signals are computed from scratch with
+:func:`tailcut.signals.trace_signals` over its spans' bytes (:func:`scratch_signals`), the definition the
+tally is tested against (``tests/test_collector_tally.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tailcut import attributes as attr
-from tailcut.collector._facts import BufferedSpan
+from tailcut.collector._facts import SpanRecord, span_record
+from tailcut.collector._headsampling import threshold
+from tailcut.collector._otlp import SpanFacts
+from tailcut.exporters._signals import trace_cost
 from tailcut.signals import trace_signals
 
+_CARRIER = attr.CARRIER_KIND
+_ERROR = 2  # OTLP Status.code
+#: USD of one model call: ``(encoded model, input tokens, output tokens) -> cost`` (see ``model_pricer``).
+Pricer = Callable[[bytes | None, int, int], float | None]
 
-class SignalTally:
-    """What a pending trace accumulates as each span arrives: its time span and the status codes seen.
 
-    Everything else is counted from the buffered spans at decision time, when the tree is known.
-    """
+class TraceTally:
+    """What a pending trace accumulates as each span arrives (see the module docstring)."""
 
-    __slots__ = ("end_ns", "head_threshold", "start_ns", "status_mask")
+    __slots__ = (
+        "carrier_ids",
+        "duplicate",
+        "end_ns",
+        "errors",
+        "head_threshold",
+        "llm",
+        "max_tool_repeat",
+        "parents",
+        "repeats",
+        "start_ns",
+        "status_mask",
+        "tool_calls",
+    )
 
     def __init__(self) -> None:
         self.start_ns = -1
         self.end_ns = 0
         self.status_mask = 0  # bit ``1 << code`` for each OTLP status code seen
         self.head_threshold = 0  # the largest ``ot=th:`` rejection threshold among the spans (0: none)
+        #: span id -> parent span id of every span but carriers, in arrival order
+        self.parents: dict[bytes, bytes] = {}
+        self.carrier_ids: set[bytes] | None = None
+        #: Whether two spans share an id (then the signals are computed from scratch).
+        self.duplicate = False
+        self.errors = 0  # failed spans other than llm ones (those depend on the nested-call rule)
+        self.tool_calls = 0
+        self.max_tool_repeat = 0
+        self.repeats: dict[bytes, int] = {}
+        #: The records of the llm spans, in arrival order.
+        self.llm: list[SpanRecord] = []
+
+    def add(self, span: Any, attributes: Any, span_id: bytes, parent: bytes) -> str:
+        """Fold in one span parsed with the lazy ``SpanFacts`` type; return its kind."""
+        start = span.start_time_unix_nano
+        end = span.end_time_unix_nano
+        if start < self.start_ns or self.start_ns < 0:
+            self.start_ns = start
+        if end > self.end_ns:
+            self.end_ns = end
+        status = span.status.code
+        self.status_mask |= 1 << status
+        tracestate = span.trace_state
+        if tracestate:
+            found = threshold(tracestate)
+            if found is not None and found > self.head_threshold:
+                self.head_threshold = found
+        record = span_record(span, attributes, span_id, parent)
+        kind = record.kind
+        parents = self.parents
+        carriers = self.carrier_ids
+        if span_id in parents or (carriers is not None and span_id in carriers):
+            self.duplicate = True
+        if kind == _CARRIER:
+            if carriers is None:
+                carriers = self.carrier_ids = set()
+            carriers.add(span_id)
+            return kind
+        parents[span_id] = parent
+        if kind == "llm":
+            self.llm.append(record)
+            return kind
+        if status == _ERROR:
+            self.errors += 1
+        tool_key = record.tool_key
+        if tool_key is not None:
+            self.tool_calls += 1
+            count = self.repeats.get(tool_key, 0) + 1
+            self.repeats[tool_key] = count
+            if count > self.max_tool_repeat:
+                self.max_tool_repeat = count
+        return kind
+
+    def signals(self, datas: Sequence[bytes], cost: Pricer) -> TraceSignals:
+        """The trace's signals and ``cost_usd`` (``datas``: its spans' bytes, read after a duplicate id)."""
+        if self.duplicate:
+            return scratch_signals(datas, self, cost)
+        parents = self.parents
+        max_depth, orphans = tree_shape(parents)
+        errors = self.errors
+        llm_calls = input_tokens = output_tokens = violations = 0
+        total: float | None = 0.0
+        llm = self.llm
+        llm_ids = {record[0] for record in llm} if len(llm) > 1 else ()
+        for span_id, parent, _, failed, _, inputs, outputs, found, model in llm:
+            if parent and parent != span_id and parent in llm_ids:
+                continue  # a nested call (tailcut.signals.is_nested_call)
+            llm_calls += 1
+            input_tokens += inputs
+            output_tokens += outputs
+            violations += found
+            if failed:
+                errors += 1
+            if total is not None:
+                value = cost(model, inputs, outputs)
+                total = None if value is None else total + value
+        return TraceSignals(
+            span_count=len(parents),
+            error_count=errors,
+            llm_calls=llm_calls,
+            tool_calls=self.tool_calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            max_depth=max_depth,
+            max_tool_repeat=self.max_tool_repeat,
+            schema_violations=violations,
+            start_ns=max(self.start_ns, 0),
+            end_ns=self.end_ns,
+            orphan_count=orphans,
+            status_mask=self.status_mask,
+            cost_usd=total,
+        )
+
+
+def tree_shape(parents: dict[bytes, bytes]) -> tuple[int, int]:
+    """The deepest span's depth and the orphan count of spans given as ``span id -> parent id`` in arrival
+    order, by the rules of :func:`tailcut.signals.trace_signals` (a root, an orphan or a span that is its
+    own parent is at depth 0; a cycle is counted from where it is entered)."""
+    depths: dict[bytes, int] = {}
+    deepest = orphans = 0
+    for span_id, parent_id in parents.items():
+        if not parent_id or parent_id == span_id or parent_id not in parents:
+            # a root, its own parent or an orphan: depth 0 (a chain walk may have set it already, to 0)
+            if parent_id:
+                orphans += 1
+            depths.setdefault(span_id, 0)
+            continue
+        depth = depths.get(span_id)
+        if depth is None:
+            above = depths.get(parent_id)
+            if above is not None:
+                depth = depths[span_id] = above + 1
+            else:
+                chain = [span_id]
+                seen = {span_id}
+                up = parent_id
+                while up and up not in depths and up in parents and up not in seen:
+                    chain.append(up)
+                    seen.add(up)
+                    up = parents[up]
+                base = depths[up] + 1 if up and up in depths else 0
+                for member in reversed(chain):
+                    depths[member] = base
+                    base += 1
+                depth = depths[span_id]
+        if depth > deepest:
+            deepest = depth
+    return deepest, orphans
+
+
+def span_records(datas: Iterable[bytes]) -> list[SpanRecord]:
+    """The records of spans given as their encoded bytes."""
+    records = []
+    for data in datas:
+        span = SpanFacts.FromString(data)
+        records.append(span_record(span, span.attributes, span.span_id, span.parent_span_id))
+    return records
+
+
+def tally_of(datas: Iterable[bytes]) -> TraceTally:
+    """The tally of spans given as their encoded bytes, folded afresh in order."""
+    tally = TraceTally()
+    for data in datas:
+        span = SpanFacts.FromString(data)
+        tally.add(span, span.attributes, span.span_id, span.parent_span_id)
+    return tally
+
+
+def scratch_signals(datas: Iterable[bytes], tally: TraceTally, cost: Pricer) -> TraceSignals:
+    """The signals of spans given as their bytes, computed from scratch with
+    :func:`tailcut.signals.trace_signals` (times and status codes from ``tally``)."""
+    records = span_records(datas)
+    signals = trace_signals(records)
+    return TraceSignals(
+        span_count=signals.span_count,
+        error_count=signals.errors,
+        llm_calls=signals.llm_calls,
+        tool_calls=signals.tool_calls,
+        input_tokens=signals.input_tokens,
+        output_tokens=signals.output_tokens,
+        max_depth=signals.depth,
+        max_tool_repeat=signals.max_tool_repeat,
+        schema_violations=signals.schema_violations,
+        start_ns=max(tally.start_ns, 0),
+        end_ns=tally.end_ns,
+        orphan_count=signals.orphan_count,
+        status_mask=tally.status_mask,
+        cost_usd=trace_cost(records, lambda r: cost(r.model, r.input_tokens, r.output_tokens)),
+    )
 
 
 @dataclass(slots=True)
@@ -50,6 +244,7 @@ class TraceSignals:
     end_ns: int
     orphan_count: int
     status_mask: int  # bit ``1 << code`` for each OTLP status code present
+    cost_usd: float | None = None  # see :func:`tailcut.exporters._signals.trace_cost`
 
     @property
     def total_tokens(self) -> int:
@@ -88,23 +283,3 @@ SIGNAL_READERS: dict[str, Callable[[TraceSignals, float | None], Any]] = {
     attr.TRACE_SPAN_COUNT: lambda s, _: s.span_count,
     attr.TRACE_ANOMALY_SCORE: lambda _, anomaly_score: anomaly_score,
 }
-
-
-def compute_signals(spans: Sequence[BufferedSpan], tally: SignalTally) -> TraceSignals:
-    """The signals of a trace from its buffered spans and its running time span and status codes."""
-    signals = trace_signals(spans)
-    return TraceSignals(
-        span_count=signals.span_count,
-        error_count=signals.errors,
-        llm_calls=signals.llm_calls,
-        tool_calls=signals.tool_calls,
-        input_tokens=signals.input_tokens,
-        output_tokens=signals.output_tokens,
-        max_depth=signals.depth,
-        max_tool_repeat=signals.max_tool_repeat,
-        schema_violations=signals.schema_violations,
-        start_ns=max(tally.start_ns, 0),
-        end_ns=tally.end_ns,
-        orphan_count=signals.orphan_count,
-        status_mask=tally.status_mask,
-    )

@@ -76,7 +76,7 @@ class KeptSpans(NamedTuple):
     """Spans of one kept trace handed to the writer: all of them, or a late batch."""
 
     trace_id: bytes
-    #: ``BufferedSpan`` records (or ``RawSpan`` for a late batch): anything with ``data`` and ``origin``.
+    #: Anything with ``data`` and ``origin`` (``RawSpan``), in arrival order.
     spans: Sequence[Any]
     decision: TraceDecision
     #: The trace signals, written on the root span (empty for a late batch).
@@ -84,6 +84,8 @@ class KeptSpans(NamedTuple):
     #: For a late batch: spans of the trace handed over before it (its span_index continues from there).
     index_base: int = 0
     late: bool = False
+    #: Position of the root span among ``spans`` (None for a late batch or a trace without its root).
+    root: int | None = None
 
     @classmethod
     def late_batch(
@@ -94,12 +96,6 @@ class KeptSpans(NamedTuple):
     @property
     def nbytes(self) -> int:
         return sum(len(span.data) for span in self.spans)
-
-    def root_index(self) -> int | None:
-        """Position of the root span (None for a late batch or a trace without its root)."""
-        if self.late:
-            return None
-        return next((i for i, span in enumerate(self.spans) if not span.parent_span_id), None)
 
 
 _STOP = object()
@@ -528,7 +524,7 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
     for item in group:
         decision = item.decision
         extra = _sampling_attributes(decision.policies, decision.inclusion_probability, decision.baseline)
-        root_index = item.root_index()
+        root_index = item.root
         for index, span in enumerate(item.spans):
             origin = span.origin
             entry = by_origin.get(id(origin))

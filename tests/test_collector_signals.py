@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from tailcut.collector._facts import buffered_span, root_facts
+from tailcut.collector._facts import model_pricer, root_facts
 from tailcut.collector._otlp import SpanFacts
-from tailcut.collector._signals import SignalTally, compute_signals
+from tailcut.collector._signals import tally_of
 from tailcut.exporters import compute_signals as reference_signals
 from tailcut.exporters import facts_from_otlp
 
@@ -118,15 +118,8 @@ def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) 
 
 
 def collector_signals(spans: list[Span]):
-    tally = SignalTally()
-    records = []
-    for span in spans:
-        data = span.SerializeToString()
-        lazy = SpanFacts.FromString(data)
-        records.append(
-            buffered_span(lazy, lazy.attributes, lazy.span_id, lazy.parent_span_id, data, None, tally)
-        )
-    return compute_signals(records, tally)
+    datas = [span.SerializeToString() for span in spans]
+    return tally_of(datas).signals(datas, model_pricer())
 
 
 @settings(max_examples=300, deadline=None)

@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut.cli import cli
-from tailcut.collector._facts import buffered_span, trace_cost_usd
-from tailcut.collector._otlp import SpanFacts
-from tailcut.collector._signals import SignalTally
+from tailcut.collector._facts import model_pricer, trace_cost_usd
+from tailcut.collector._signals import span_records, tally_of
 from tailcut.errors import ConfigError
 from tailcut.exporters import compute_signals, facts_from_otlp
 from tailcut.exporters._pricing import PRICING_ENV, default_pricing, load_pricing
@@ -161,16 +160,10 @@ def priced_traces(draw) -> list[Span]:
 @settings(max_examples=150, deadline=None)
 @given(priced_traces())
 def test_collector_and_writers_price_a_trace_alike(spans):
-    tally = SignalTally()
-    buffered = []
-    for s in spans:
-        data = s.SerializeToString()
-        lazy = SpanFacts.FromString(data)
-        buffered.append(
-            buffered_span(lazy, lazy.attributes, lazy.span_id, lazy.parent_span_id, data, None, tally)
-        )
+    datas = [s.SerializeToString() for s in spans]
     writers = compute_signals(facts_from_otlp(s, "svc") for s in spans)
-    collector = trace_cost_usd(buffered)
+    collector = trace_cost_usd(span_records(datas))
+    assert tally_of(datas).signals(datas, model_pricer()).cost_usd == collector
     assert (collector is None) == (writers.cost_usd is None)
     if collector is not None:
         assert collector == pytest.approx(writers.cost_usd)
