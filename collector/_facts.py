@@ -18,16 +18,16 @@ from tailcut import attributes as attr
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters import _names as names
 from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
-from tailcut.exporters._pricing import Pricing, default_pricing
+from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters._signals import ID_KEYS, trace_cost
 
 ERROR_STATUS: Final = 2
-_KIND_BY_RAW: Final = {encode_string_value(kind): kind for kind in attr.KINDS}
+#: Kinds by the encoded ``AnyValue`` of their ``tailcut.kind``.
+KIND_BY_RAW: Final = {encode_string_value(kind): kind for kind in attr.KINDS}
 _INPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["input_tokens"])
 _OUTPUT_TOKEN_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["output_tokens"])
 _MODEL_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["model"])
-#: Decoded model names by their encoded value (bounded: a client can send any number of names).
-_MODEL_NAMES: dict[bytes, str | None] = {}
+#: Model prices a pricer remembers by encoded name (bounded: a client can send any number of names).
 _MAX_MODEL_NAMES: Final = 1024
 _UNSEEN: Final = object()
 #: Where a tool call's arguments live, tailcut's request hash first (its identity for loop detection).
@@ -103,7 +103,7 @@ def span_kind(attributes: Any) -> str:
 
     A carrier (``tailcut.carrier``) is :data:`~tailcut.attributes.CARRIER_KIND`, which the signals skip.
     """
-    kind = _KIND_BY_RAW.get(attributes.get(attr.KIND))  # type: ignore[arg-type]
+    kind = KIND_BY_RAW.get(attributes.get(attr.KIND))  # type: ignore[arg-type]
     if kind is not None:
         return kind
     if attr.CARRIER in attributes:
@@ -116,50 +116,66 @@ def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> Sp
 
     ``attributes`` is ``span.attributes`` (read once by the caller: each read builds a new map view).
     """
-    kind = _KIND_BY_RAW.get(attributes.get(_KIND))  # type: ignore[arg-type]
+    kind = KIND_BY_RAW.get(attributes.get(_KIND))  # type: ignore[arg-type]
     if kind is None:
         kind = span_kind(attributes)
     failed = span.status.code == ERROR_STATUS
     if kind == "llm":
-        raw = attributes.get(_INPUT_TOKENS)
-        input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
-        raw = attributes.get(_OUTPUT_TOKENS)
-        output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
-        violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
-        model = _first(attributes, _MODEL_KEYS)
-        return _new(
-            SpanRecord, (span_id, parent, kind, failed, None, input_tokens, output_tokens, violations, model)
-        )
-    tool_key = None
-    if kind == "tool":
-        # A retry is not a new call; a non-integer attempt counts as absent.
-        attempt = attributes.get(_ATTEMPT)
-        if attempt is None or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
-            tool = _first(attributes, _TOOL_NAME_KEYS) or span.name
-            arguments = _first(attributes, _TOOL_ARGUMENT_KEYS) or b""
-            # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy.
-            tool_key = blake2b(len(tool).to_bytes(4, "little") + tool + arguments, digest_size=16).digest()
-    return _new(SpanRecord, (span_id, parent, kind, failed, tool_key, 0, 0, 0, None))
+        return llm_record(span_id, parent, failed, attributes)
+    key = tool_key(span, attributes) if kind == "tool" else None
+    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, None))
+
+
+def llm_record(span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
+    """The record of an ``llm`` span: its token counts, schema violations and model."""
+    raw = attributes.get(_INPUT_TOKENS)
+    input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
+    raw = attributes.get(_OUTPUT_TOKENS)
+    output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
+    violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
+    model = _first(attributes, _MODEL_KEYS)
+    return _new(
+        SpanRecord, (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, model)
+    )
+
+
+def tool_key(span: Any, attributes: Any) -> bytes | None:
+    """The (tool, arguments) identity of a ``tool`` span's first attempt; None for a retry.
+
+    A non-integer ``tailcut.attempt`` counts as absent.
+    """
+    attempt = attributes.get(_ATTEMPT)
+    if attempt is None or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
+        tool = _first(attributes, _TOOL_NAME_KEYS) or span.name
+        arguments = _first(attributes, _TOOL_ARGUMENT_KEYS) or b""
+        # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy.
+        return blake2b(len(tool).to_bytes(4, "little") + tool + arguments, digest_size=16).digest()
+    return None
 
 
 def model_pricer(pricing: Pricing | None = None) -> Callable[[bytes | None, int, int], float | None]:
     """USD of one model call from its encoded model name and token counts, at ``pricing`` (default:
-    :func:`~tailcut.exporters._pricing.default_pricing`); None for an unpriced or absent model."""
+    :func:`~tailcut.exporters._pricing.default_pricing`); None for an unpriced or absent model.
+
+    Prices are looked up once per encoded name (at most :data:`_MAX_MODEL_NAMES` remembered: names come
+    from the traffic); the cost is :meth:`~tailcut.exporters._pricing.Pricing.cost`'s formula.
+    """
     if pricing is None:
         pricing = default_pricing()
-    price = pricing.cost
+    prices: dict[bytes, tuple[float, float] | None] = {}
 
     def cost(raw: bytes | None, input_tokens: int, output_tokens: int) -> float | None:
         if raw is None:
             return None
-        names = _MODEL_NAMES
-        name = names.get(raw, _UNSEEN)
-        if name is _UNSEEN:
-            if len(names) > _MAX_MODEL_NAMES:
-                names.clear()
+        found = prices.get(raw, _UNSEEN)
+        if found is _UNSEEN:
+            if len(prices) >= _MAX_MODEL_NAMES:
+                prices.clear()
             value = any_value(raw)
-            name = names[raw] = value if type(value) is str else None
-        return price(name, input_tokens, output_tokens)  # type: ignore[arg-type]
+            found = prices[raw] = pricing.price(value if type(value) is str else None)
+        if found is None:
+            return None
+        return (input_tokens * found[0] + output_tokens * found[1]) * _PER_TOKEN  # type: ignore[index]
 
     return cost
 

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailcut import attributes as attr
-from tailcut.collector._facts import SpanRecord, span_record
+from tailcut.collector._facts import KIND_BY_RAW, SpanRecord, llm_record, span_kind, span_record, tool_key
 from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import SpanFacts
 from tailcut.exporters._signals import trace_cost
 from tailcut.signals import trace_signals
 
 _CARRIER = attr.CARRIER_KIND
+_KIND = attr.KIND
 _ERROR = 2  # OTLP Status.code
 #: USD of one model call: ``(encoded model, input tokens, output tokens) -> cost`` (see ``model_pricer``).
 Pricer = Callable[[bytes | None, int, int], float | None]
@@ -83,8 +84,9 @@ class TraceTally:
             found = threshold(tracestate)
             if found is not None and found > self.head_threshold:
                 self.head_threshold = found
-        record = span_record(span, attributes, span_id, parent)
-        kind = record.kind
+        kind = KIND_BY_RAW.get(attributes.get(_KIND))
+        if kind is None:
+            kind = span_kind(attributes)
         parents = self.parents
         carriers = self.carrier_ids
         if span_id in parents or (carriers is not None and span_id in carriers):
@@ -96,15 +98,14 @@ class TraceTally:
             return kind
         parents[span_id] = parent
         if kind == "llm":
-            self.llm.append(record)
+            self.llm.append(llm_record(span_id, parent, status == _ERROR, attributes))
             return kind
         if status == _ERROR:
             self.errors += 1
-        tool_key = record.tool_key
-        if tool_key is not None:
+        if kind == "tool" and (key := tool_key(span, attributes)) is not None:
             self.tool_calls += 1
-            count = self.repeats.get(tool_key, 0) + 1
-            self.repeats[tool_key] = count
+            count = self.repeats.get(key, 0) + 1
+            self.repeats[key] = count
             if count > self.max_tool_repeat:
                 self.max_tool_repeat = count
         return kind

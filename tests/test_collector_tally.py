@@ -21,10 +21,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from tailcut.collector._config import parse_config
 from tailcut.collector._facts import model_pricer
 from tailcut.collector._metrics import CollectorMetrics
+from tailcut.collector._otlp import encode_string_value
 from tailcut.collector._processor import Processor
 from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import scratch_signals, tally_of
 from tailcut.collector._sink import Sink
+from tailcut.exporters._pricing import default_pricing
 from tests.test_collector_signals import kv
 
 COST = model_pricer()
@@ -174,3 +176,19 @@ def test_a_replayed_log_folds_the_same_tallies_and_decides_alike(tmp_path_factor
     now = time.monotonic()
     assert _rows(replayed, replayed_sink, now) == _rows(live, live_sink, now)
     replayed.wal.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([*MODELS, "openai/gpt-4o-mini", "GPT-4O-2024-08-06", ""]),
+    st.integers(0, 10**7),
+    st.integers(0, 10**7),
+)
+def test_a_model_call_is_priced_as_the_writers_price_it(model, input_tokens, output_tokens):
+    pricing = default_pricing()
+    raw = encode_string_value(model)
+    expected = pricing.cost(model, input_tokens, output_tokens)
+    assert model_pricer(pricing)(raw, input_tokens, output_tokens) == expected
+    cost = model_pricer(pricing)
+    cost(raw, 1, 1)
+    assert cost(raw, input_tokens, output_tokens) == expected  # remembered price, same figure
