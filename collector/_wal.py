@@ -60,6 +60,8 @@ class WalBusy(CollectorError):
 
 
 _HEADER: Final = struct.Struct("<IIB")
+#: The checksum of each record type's byte, where a record's checksum starts.
+_KIND_CRC: Final = tuple(crc32(bytes((kind,))) for kind in range(256))
 #: Payload parts this large are handed to ``writev`` as they are; smaller ones are copied together.
 _GATHER_MIN: Final = 16 * 1024
 #: Buffers per ``writev`` (Linux allows 1024).
@@ -195,7 +197,7 @@ class WriteAheadLog:
                 length, checksum, kind = _HEADER.unpack_from(data, position)
                 start = position + _HEADER.size
                 end = start + length
-                if end > len(data) or crc32(data[start:end], crc32(bytes((kind,)))) != checksum:
+                if end > len(data) or crc32(data[start:end], _KIND_CRC[kind]) != checksum:
                     break
                 yield number, kind, data[start:end]
                 position = end
@@ -221,7 +223,7 @@ class WriteAheadLog:
             length = sum(len(part) for part in parts)
             if length >= _MAX_RECORD:
                 raise WalFailure(f"a write-ahead log record of {length} bytes is too large")
-            checksum = crc32(bytes((kind,)))
+            checksum = _KIND_CRC[kind]
             for part in parts:
                 checksum = crc32(part, checksum)
             small += _HEADER.pack(length, checksum, kind)
