@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tailcut.collector._combinators import Drop
 from tailcut.collector._policies import Policy, Probabilistic
@@ -67,6 +68,9 @@ class PolicySet:
             else:
                 self._plan.append((policy, _SAMPLE, -1))
         self._slice_groups = len(salts)
+        #: Decisions already made, by their fields: few distinct ones recur, and building a frozen
+        #: dataclass costs more than finding it (decisions are immutable, so traces may share one).
+        self._decisions: dict[tuple[Any, ...], TraceDecision] = {}
 
     def attribute_keys(self) -> frozenset[str]:
         """Every span/resource attribute key some policy reads."""
@@ -100,9 +104,18 @@ class PolicySet:
         head = trace.head_probability
         kept = sampled and not dropped
         pi = head * no_drop * hit
-        decision = TraceDecision(kept, tuple(matched), baseline, pi, head, kept and not other_sample)
+        fields = (kept, tuple(matched), baseline, pi, head, kept and not other_sample)
+        if not pi:  # 0.0 and -0.0 are equal keys but not the same figure
+            return TraceDecision(*fields), votes
+        decision = self._decisions.get(fields)
+        if decision is None:
+            if len(self._decisions) >= _MAX_DECISIONS:
+                self._decisions.clear()
+            decision = self._decisions[fields] = TraceDecision(*fields)
         return decision, votes
 
 
 _SAMPLE, _DROP, _SLICE = 0, 1, 2
+#: Distinct decisions remembered at most (rate limits make the probability vary).
+_MAX_DECISIONS = 1024
 _SAMPLED, _DROPPED = Decision.SAMPLED, Decision.DROPPED

@@ -133,21 +133,21 @@ class TraceTally:
             if total is not None:
                 value = cost(model, inputs, outputs)
                 total = None if value is None else total + value
-        return TraceSignals(
-            span_count=len(parents),
-            error_count=errors,
-            llm_calls=llm_calls,
-            tool_calls=self.tool_calls,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            max_depth=max_depth,
-            max_tool_repeat=self.max_tool_repeat,
-            schema_violations=violations,
-            start_ns=max(self.start_ns, 0),
-            end_ns=self.end_ns,
-            orphan_count=orphans,
-            status_mask=self.status_mask,
-            cost_usd=total,
+        return TraceSignals(  # positional (keywords cost a microsecond per trace), in field order
+            len(parents),  # span_count
+            errors,  # error_count
+            llm_calls,
+            self.tool_calls,
+            input_tokens,
+            output_tokens,
+            max_depth,
+            self.max_tool_repeat,
+            violations,  # schema_violations
+            max(self.start_ns, 0),  # start_ns
+            self.end_ns,
+            orphans,  # orphan_count
+            self.status_mask,
+            total,  # cost_usd
         )
 
 
