@@ -1,11 +1,11 @@
 """The tail-sampling core: ingest spans into the buffer, decide traces when due, follow late spans.
 
 Everything here runs on the collector's event loop (single-threaded, so no locks). Per request: frame
-it, parse each span lazily for its facts (:mod:`tailcut.collector._facts`) and append the span's
-encoded bytes to its trace. Per decision: compute the trace signals and the anomaly score, evaluate
-every policy, hand kept spans to the writer and open the trace's ``traces`` row for
-``late_span_window`` seconds (late spans are counted in it), after which the row is written and the
-decision moves to the decision cache.
+it, parse each span lazily for its facts (:mod:`tailcut.collector._facts`), fold them into its trace's
+tally (:class:`~tailcut.collector._signals.TraceTally`) and append the span's encoded bytes to the
+trace. Per decision: settle the trace signals from the tally, score the anomaly, evaluate every policy,
+hand kept spans to the writer and open the trace's ``traces`` row for ``late_span_window`` seconds (late
+spans are counted in it), after which the row is written and the decision moves to the decision cache.
 
 Memory bounds: ``num_traces`` pending traces and ``max_buffer_bytes`` of buffered span bytes. Past
 either, the oldest traces are decided early (``evicted``), or with ``block_on_overflow`` new requests
