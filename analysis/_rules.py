@@ -118,21 +118,26 @@ GROUP BY agent
 """The reference's statistics; ``{llm_calls}`` is a relation of ``(agent, input_tokens, output_tokens)``, one
 row per ``llm`` span with input tokens of the ``chosen`` traces (:func:`reference_sql`)."""
 
-#: The chosen traces' ``llm`` spans' tokens, from the spans or from the features written with them (joined
-#: per trace, then unnested: the lists of a trace's calls are much fewer rows than its calls).
+#: The chosen traces' ``llm`` spans' tokens, from the spans (of the relation ``{spans}``) or from the features
+#: written with them (joined per trace, then unnested: the lists of a trace's calls are much fewer rows than
+#: its calls).
 LLM_CALLS_FROM_SPANS: Final = (
-    "(SELECT c.agent, s.input_tokens, s.output_tokens FROM spans s JOIN chosen c USING (trace_id) "
-    "WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL)"
+    "SELECT c.agent, s.input_tokens, s.output_tokens FROM {spans} s JOIN chosen c USING (trace_id) "
+    "WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL"
 )
 LLM_CALLS_FROM_FEATURES: Final = (
-    "(SELECT c.agent, unnest(f.llm_input_tokens) AS input_tokens, "
-    "unnest(f.llm_output_tokens) AS output_tokens FROM _features f JOIN chosen c USING (trace_id))"
+    "SELECT c.agent, unnest(f.llm_input_tokens) AS input_tokens, "
+    "unnest(f.llm_output_tokens) AS output_tokens FROM _features f JOIN chosen c USING (trace_id)"
 )
 
 
-def reference_sql(llm_calls: str) -> str:
-    """:data:`REFERENCE_SQL` over the per-call tokens of ``llm_calls`` (one of the ``LLM_CALLS_*``)."""
-    return REFERENCE_SQL.replace("{llm_calls}", llm_calls)
+def reference_sql(*, features: bool, spans: str | None) -> str:
+    """:data:`REFERENCE_SQL` over the per-call tokens of the traces the features describe (``features``)
+    and of the spans of the relation ``spans`` (None: of no spans)."""
+    sources = [LLM_CALLS_FROM_FEATURES] if features else []
+    if spans is not None:
+        sources.append(LLM_CALLS_FROM_SPANS.replace("{spans}", spans))
+    return REFERENCE_SQL.replace("{llm_calls}", f"({' UNION ALL '.join(sources)})")
 
 
 SCORES_SQL: Final = f"""
