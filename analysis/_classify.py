@@ -131,7 +131,7 @@ LAYERS: Final = attr.HARNESS_LAYERS
 #: How much each kind of signal is worth when a category has more than one (schema_drift).
 _DRIFT_BOTH: Final = 0.9
 #: The tables a classification builds on its way (see :mod:`._candidates`), dropped once it is done.
-_SCRATCH_TABLES: Final = ("_reference", "_scores", "_candidates", "_rows", "_roles", "_spans_roles")
+_SCRATCH_TABLES: Final = ("_scores", "_candidates", "_rows", "_roles", "_spans_roles")
 #: Where the roles of the traces the features do not describe are put together (then added to ``_roles``).
 _SPANS_ROLES: Final = "_spans_roles"
 
@@ -349,18 +349,18 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     coverage = _features.usable(dataset, limits)
     partial = coverage is not None and coverage.partial
     spans = _features.UNCOVERED_SPANS if partial else "spans" if coverage is None else None
-    reference = _rules.reference_sql(features=coverage is not None, spans=spans)
-    connection.execute(reference, {"min_baseline": limits.min_baseline})
-    connection.execute(_rules.SCORES_SQL, _rules.named_parameters(_rules.SCORES_SQL, parameters))
+    scores = _rules.scores_sql(features=coverage is not None, spans=spans)
+    connection.execute(scores, _rules.named_parameters(scores, parameters))
     if coverage is None:
         found = _from_spans(dataset, limits, parameters, ([], []))
         local, retries, problems = found.local, found.retries, found.problems
     else:
-        stored = _features.stored_schemas(dataset)
+        stored = _features.stored(dataset, coverage)
+        schemas = (stored.lists, stored.enforced)
         # the traces the features do not describe first: their tool lists and schemas join the book
-        found = _from_spans(dataset, limits, parameters, stored, scoped=True) if partial else None
-        book = load_schema_book(*stored) if found is None else found.book
-        local, retries, problems = _features.read(dataset, parameters, book, coverage)
+        found = _from_spans(dataset, limits, parameters, schemas, scoped=True) if partial else None
+        book = load_schema_book(*schemas) if found is None else found.book
+        local, retries, problems = _features.read(dataset, parameters, book, stored.checks)
         if found is not None:
             connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")
             local = pa.concat_tables([local, found.local])

@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.analysis import _candidates, _rules, _toolcalls
@@ -597,51 +597,82 @@ def drop(dataset: Dataset) -> None:
     dataset.connection.execute(f"DROP TABLE IF EXISTS {UNCOVERED}")
 
 
-def stored_schemas(
-    dataset: Dataset,
-) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, str | None]]]:
-    """``(first span, list key, tools JSON)`` of every tool list and ``(tool, sha, schema JSON)`` of every
-    enforced schema the written batches held (after :func:`usable`), as the schema book takes them."""
-    stored = dataset.connection.sql(
-        f"SELECT tool_lists, enforced, trace_id FROM {CHECKS_VIEW} "
-        "WHERE tool_lists IS NOT NULL OR enforced IS NOT NULL"
+class Stored(NamedTuple):
+    """The ``trace_checks`` rows (after :func:`usable`): every tool list (``(first span, list key, tools
+    JSON)``) and enforced schema (``(tool, sha, schema JSON)``) the written batches held, as the schema book
+    takes them, and the rows with findings or tool calls of the traces the features describe."""
+
+    lists: list[tuple[str, str, str | None]]
+    enforced: list[tuple[str, str, str | None]]
+    checks: pa.Table
+
+
+def stored(dataset: Dataset, coverage: Coverage) -> Stored:
+    """The ``trace_checks`` rows, in one read (see :class:`Stored`)."""
+    covered = f"trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})" if coverage.partial else "true"
+    table = dataset.connection.sql(
+        f"SELECT local_findings, calls, tool_lists, enforced, trace_id, {covered} AS covered "
+        f"FROM {CHECKS_VIEW}"
     ).to_arrow_table()
-    lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(stored, "tool_lists").to_pylist()]
+    lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(table, "tool_lists").to_pylist()]
     enforced: dict[tuple[str, str], str | None] = {}
-    for e in _flatten(stored, "enforced").to_pylist():
+    for e in _flatten(table, "enforced").to_pylist():
         enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
-    return lists, sorted((t, s, schema) for (t, s), schema in enforced.items())
+    checks = table.filter(table["covered"]).select(["local_findings", "calls", "trace_id"])
+    return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
 
 
 def read(
-    dataset: Dataset, parameters: Mapping[str, Any], book: _toolcalls.SchemaBook, coverage: Coverage
+    dataset: Dataset, parameters: Mapping[str, Any], book: _toolcalls.SchemaBook, checks: pa.Table
 ) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
-    """From ``_features`` (after :func:`usable`): fill ``_roles``; return the ``error`` and
-    ``schema_violation`` findings, the ``schema_drift`` findings of identical retries (as rows) and the
-    drift problems of the stored tool calls (judged against ``book``), of the traces they describe."""
+    """From ``_features`` and the ``checks`` rows of :func:`stored` (after :func:`usable`): fill ``_roles``;
+    return the ``error`` and ``schema_violation`` findings, the ``schema_drift`` findings of identical
+    retries (as rows) and the drift problems of the stored tool calls (judged against ``book``)."""
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
 
-    connection = dataset.connection
     roles = _roles_sql()
-    connection.execute(roles, _rules.named_parameters(roles, parameters))
-    covered = f"AND trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})" if coverage.partial else ""
-    stored = connection.sql(
-        f"SELECT local_findings, calls, trace_id FROM {CHECKS_VIEW} "
-        f"WHERE (local_findings IS NOT NULL OR calls IS NOT NULL) {covered}"
-    ).to_arrow_table()
-    local = _flatten(stored, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
+    local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     drift = pc.equal(local["category"], "schema_drift")
     retries = local.filter(drift).to_pylist()
-    calls = _flatten(stored, "calls").sort_by(
+    calls = _flatten(checks, "calls").sort_by(
         [("trace_id", "ascending"), ("seq", "ascending"), ("call_index", "ascending")]
     )
+    return local.filter(pc.invert(drift)), retries, _drift_problems(book, calls.to_pylist())
+
+
+def _drift_problems(book: _toolcalls.SchemaBook, calls: list[dict[str, Any]]) -> list[_toolcalls.CallProblem]:
+    """The ``schema_drift`` problems of the stored tool calls.
+
+    A call whose stored verdicts cover every checkable version of its tool is judged by its tool, tool list,
+    enforced schema and verdicts alone (its arguments are only ever validated through them), so one call of
+    each such group is checked and the others take its problems; any other call is checked on its own.
+    """
+    from dataclasses import replace
+
+    judged: dict[tuple[Any, ...], list[_toolcalls.CallProblem]] = {}
     problems = []
-    for call in calls.to_pylist():
-        book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
-        problems.extend(p for p in _toolcalls.check(book, call) if p.category == "schema_drift")
-    return local.filter(pc.invert(drift)), retries, problems
+    for call in calls:
+        verdicts = tuple((v["sha"], v["problem"]) for v in call["verdicts"] or ())
+        shas = {sha for sha, _ in verdicts}
+        settled = bool(verdicts) and all(
+            sha in shas or not book.checkable(sha) for sha in book.versions.get(call["tool"], {})
+        )
+        key = (call["tool"], call["tools_key"], call["enforced_sha"], verdicts)
+        if settled and key in judged:
+            where = {
+                f: call[f] for f in ("trace_id", "span_id", "name", "kind", "boundary", "occurrence", "seq")
+            }
+            problems.extend(replace(p, **where) for p in judged[key])
+            continue
+        book.remember(call["arguments"], verdicts)
+        found = [p for p in _toolcalls.check(book, call) if p.category == "schema_drift"]
+        if settled:
+            judged[key] = found
+        problems.extend(found)
+    return problems
 
 
 def _flatten(table: pa.Table, column: str) -> pa.Table:
