@@ -438,12 +438,15 @@ UNCOVERED: Final = "_uncovered"
 UNCOVERED_SPANS: Final = "_uncovered_spans"
 
 _COVERAGE: Final = f"""
-SELECT count(*), count(DISTINCT trace_id), coalesce(max(roots), 0), coalesce(bool_and(rules = $rules), false),
-       coalesce(bool_or(rules = $rules), false), coalesce(sum(checks), 0), coalesce(sum(span_count), 0)
+SELECT count(*), count(DISTINCT hash(trace_id)), coalesce(max(roots), 0),
+       coalesce(bool_and(rules = $rules), false), coalesce(bool_or(rules = $rules), false),
+       coalesce(sum(checks), 0) = (SELECT count(*) FROM {CHECKS_VIEW}), coalesce(sum(span_count), 0),
+       (SELECT count(*) FROM spans)
 FROM {_ROWS_VIEW}
 """
-"""Rows, traces, the most roots of a row, whether every row and whether any row has the wanted rules, the
-``trace_checks`` rows they were written with, and the spans they count."""
+"""Rows, traces (a hash collision only sends two traces to their spans), the most roots of a row, whether
+every row and whether any row has the wanted rules, whether every ``trace_checks`` row they were written
+with is present, the spans they count and the spans present."""
 
 _UNCOVERED_SQL: Final = f"""
 CREATE OR REPLACE TEMP TABLE {UNCOVERED} AS
@@ -547,12 +550,10 @@ def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
         else:
             connection.register("_no_checks", schema.TRACE_CHECKS.empty_table())
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {CHECKS_VIEW} AS SELECT * FROM _no_checks")
-        [(rows, traces, roots, every, some, checked, counted)] = connection.execute(
+        [(rows, traces, roots, every, some, checked, counted, present)] = connection.execute(
             _COVERAGE, rules
         ).fetchall()
-        [(check_rows,)] = connection.execute(f"SELECT count(*) FROM {CHECKS_VIEW}").fetchall()
-        [(present,)] = connection.execute("SELECT count(*) FROM spans").fetchall()
-        if checked != check_rows or not some:
+        if not (checked and some):
             coverage = None
         elif rows == traces and roots <= 1 and every and counted == present:
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW}")
@@ -650,8 +651,6 @@ def _drift_problems(book: _toolcalls.SchemaBook, calls: list[dict[str, Any]]) ->
     enforced schema and verdicts alone (its arguments are only ever validated through them), so one call of
     each such group is checked and the others take its problems; any other call is checked on its own.
     """
-    from dataclasses import replace
-
     judged: dict[tuple[Any, ...], list[_toolcalls.CallProblem]] = {}
     problems = []
     for call in calls:
@@ -662,10 +661,22 @@ def _drift_problems(book: _toolcalls.SchemaBook, calls: list[dict[str, Any]]) ->
         )
         key = (call["tool"], call["tools_key"], call["enforced_sha"], verdicts)
         if settled and key in judged:
-            where = {
-                f: call[f] for f in ("trace_id", "span_id", "name", "kind", "boundary", "occurrence", "seq")
-            }
-            problems.extend(replace(p, **where) for p in judged[key])
+            problems.extend(
+                _toolcalls.CallProblem(
+                    call["trace_id"],
+                    call["span_id"],
+                    call["name"],
+                    call["kind"],
+                    call["boundary"],
+                    call["occurrence"],
+                    call["seq"],
+                    p.category,
+                    p.layer,
+                    p.evidence,
+                    p.confidence,
+                )
+                for p in judged[key]
+            )
             continue
         book.remember(call["arguments"], verdicts)
         found = [p for p in _toolcalls.check(book, call) if p.category == "schema_drift"]
