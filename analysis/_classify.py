@@ -412,7 +412,7 @@ def _from_spans(
     spans = _features.UNCOVERED_SPANS if scoped else "spans"
     within = f"SELECT hash(trace_id) FROM {_features.UNCOVERED}" if scoped else ""
     facts = survey(dataset, parameters, spans=spans)
-    lists = [*stored[0], *representative_lists(dataset, facts)]
+    lists = [*stored[0], *representative_lists(dataset, facts, spans=spans)]
     enforced = sorted({*stored[1], *enforced_schemas(facts)})
     book = load_schema_book(lists, enforced)
     parameters["suspect_keys"] = book.suspect_keys()

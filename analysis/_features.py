@@ -433,9 +433,40 @@ def _open_calls(
 # ------------------------------------------------------------------------------------------------ reading
 
 _ROWS_VIEW: Final = "_feature_rows"
-#: The traces the features do not describe, and their spans (see :func:`usable`).
+#: The traces the features do not describe, and their spans, read once (see :func:`usable`).
 UNCOVERED: Final = "_uncovered"
 UNCOVERED_SPANS: Final = "_uncovered_spans"
+
+#: The ``spans`` columns the classifier reads of the traces the features do not describe (the survey, the
+#: suspects' rows, the tool lists they showed, their calls' tokens and repeated calls; :mod:`._candidates`).
+_SPAN_COLUMNS: Final = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "is_orphan",
+    "name",
+    "kind",
+    "boundary",
+    "occurrence",
+    "seq",
+    "attempt",
+    "start_time",
+    "end_time",
+    "span_index",
+    "depth",
+    "status_code",
+    "error_type",
+    "status_message",
+    "tool_name",
+    "tool_call_id",
+    "request_sha256",
+    "input_tokens",
+    "output_tokens",
+    "finish_reason",
+    "attributes",
+    "request",
+    "response",
+)
 
 _COVERAGE: Final = f"""
 SELECT count(*), count(DISTINCT hash(trace_id)), coalesce(max(roots), 0),
@@ -585,7 +616,7 @@ def _partial(
         f"WHERE trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})"
     )
     connection.execute(
-        f"CREATE OR REPLACE TEMP VIEW {UNCOVERED_SPANS} AS SELECT * FROM spans "
+        f"CREATE OR REPLACE TEMP TABLE {UNCOVERED_SPANS} AS SELECT {', '.join(_SPAN_COLUMNS)} FROM spans "
         f"WHERE trace_id IN (SELECT trace_id FROM {UNCOVERED})"
     )
     return Coverage(uncovered)
@@ -593,9 +624,10 @@ def _partial(
 
 def drop(dataset: Dataset) -> None:
     """Remove the views and tables :func:`usable` made."""
-    for view in (UNCOVERED_SPANS, VIEW, _ROWS_VIEW, CHECKS_VIEW):
+    for view in (VIEW, _ROWS_VIEW, CHECKS_VIEW):
         dataset.connection.execute(f"DROP VIEW IF EXISTS {view}")
-    dataset.connection.execute(f"DROP TABLE IF EXISTS {UNCOVERED}")
+    for table in (UNCOVERED_SPANS, UNCOVERED):
+        dataset.connection.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 class Stored(NamedTuple):
