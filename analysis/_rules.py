@@ -89,39 +89,40 @@ WITH traces_by_agent AS (
     FROM traces
 ),
 agents AS (
-    SELECT agent,
+    SELECT agent, row_number() OVER (ORDER BY agent) AS agent_no,
            count(*) FILTER (WHERE baseline) AS n_baseline,
            count(*) AS n_all,
            bool_and(kept AND inclusion_probability >= 1.0) AS census
     FROM traces_by_agent GROUP BY agent
 ),
 chosen AS (
-    SELECT t.*, CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
+    SELECT t.trace_id, t.max_depth, t.span_count, t.llm_calls, t.duration_ms, t.tokens, a.agent_no,
+           CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
     FROM traces_by_agent t JOIN agents a USING (agent)
     WHERE (a.n_baseline >= $min_baseline AND t.baseline)
        OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline)
 ),
 per_call AS (
-    SELECT agent, {_spread_columns("call")}, med_call_in, med_call_out
+    SELECT agent_no, {_spread_columns("call")}, med_call_in, med_call_out
     FROM (
-        SELECT s.agent, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
+        SELECT s.agent_no, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
                {_spread("s.input_tokens + s.output_tokens", "call")}
         FROM {{llm_calls}} s
-        GROUP BY s.agent
+        GROUP BY s.agent_no
     )
 ),
 spreads AS (
-    SELECT agent, any_value(source) AS source, count(*) AS n,
+    SELECT agent_no, any_value(source) AS source, count(*) AS n,
            {_spread("tokens", "tokens")}, {_spread("llm_calls", "calls")},
            {_spread("duration_ms", "duration")}, {_spread("max_depth", "depth")},
            {_spread("span_count", "spans")}
-    FROM chosen GROUP BY agent
+    FROM chosen GROUP BY agent_no
 ),
 reference AS (
-    SELECT s.agent, s.source, s.n, {_spread_columns("tokens")}, {_spread_columns("calls")},
+    SELECT a.agent, s.source, s.n, {_spread_columns("tokens")}, {_spread_columns("calls")},
            {_spread_columns("duration")}, {_spread_columns("depth")}, {_spread_columns("spans")},
            p.med_call_in, p.med_call_out, p.med_call, p.mad_call, p.q90_call
-    FROM spreads s LEFT JOIN per_call p USING (agent)
+    FROM spreads s JOIN agents a USING (agent_no) LEFT JOIN per_call p USING (agent_no)
 )
 SELECT * FROM (
     SELECT t.trace_id, t.max_depth, t.span_count, t.tokens, t.llm_calls,
@@ -140,18 +141,19 @@ WHERE z_depth >= $structure_z OR z_spans >= $structure_z
 """The kept traces far from their agent's reference in structure or cost: what ``tool_loop`` and
 ``cost_blowup`` start from. The reference is, per agent, the robust statistics (median, MAD, 90th
 percentile) of its reference sample (the ``chosen`` traces); ``{llm_calls}`` is a relation of
-``(agent, input_tokens, output_tokens)``, one row per ``llm`` span with input tokens of the ``chosen``
-traces (:func:`scores_sql`). The ``traces`` table answers the rest; no span is read."""
+``(agent_no, input_tokens, output_tokens)``, one row per ``llm`` span with input tokens of the ``chosen``
+traces (:func:`scores_sql`; ``agent_no`` numbers the agents, cheaper to group by than their names). The
+``traces`` table answers the rest; no span is read."""
 
 #: The chosen traces' ``llm`` spans' tokens, from the spans (of the relation ``{spans}``) or from the features
 #: written with them (joined per trace, then unnested: the lists of a trace's calls are much fewer rows than
 #: its calls).
 LLM_CALLS_FROM_SPANS: Final = (
-    "SELECT c.agent, s.input_tokens, s.output_tokens FROM {spans} s JOIN chosen c USING (trace_id) "
+    "SELECT c.agent_no, s.input_tokens, s.output_tokens FROM {spans} s JOIN chosen c USING (trace_id) "
     "WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL"
 )
 LLM_CALLS_FROM_FEATURES: Final = (
-    "SELECT c.agent, unnest(f.llm_input_tokens) AS input_tokens, "
+    "SELECT c.agent_no, unnest(f.llm_input_tokens) AS input_tokens, "
     "unnest(f.llm_output_tokens) AS output_tokens FROM _features f JOIN chosen c USING (trace_id)"
 )
 
