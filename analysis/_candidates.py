@@ -74,7 +74,8 @@ FROM (
 )
 GROUP BY ALL
 """
-"""One read of every ``llm``, ``tool`` and depth-0 span (the survey), a row per facet and key:
+"""One read of every ``llm``, ``tool`` and depth-0 span of ``{spans}`` (the ``spans`` table, or the spans of
+the traces the written features do not describe: :func:`survey`), a row per facet and key:
 
 * ``list``: one row per tool list shown to models (``key`` is its ``tailcut.tools.sha256``, NULL for spans
   other instrumentations wrote), with the first trace that showed it;
@@ -154,11 +155,11 @@ FROM {{spans}} JOIN _candidates c ON hash(trace_id) = c.trace
 WHERE kind IN ('llm', 'tool', 'retriever', 'memory') OR status_code = 'ERROR' OR parent_span_id IS NULL
    OR list_contains(c.deep, depth)
 """
-"""The spans of the suspect traces that some rule reads (boundary spans, failed spans, roots, the deepest
-spans of traces far too deep or large), with the attributes and payload parts the rules use, as ``_rows``:
-the responses of the ``llm`` spans whose tool calls are checked, and (only when the survey found spans
-other instrumentations wrote) the tools their requests listed (``{request_tools}``, see
-:func:`read_candidates`).
+"""The spans (of ``{spans}``, as in :data:`SURVEY_SQL`) of the suspect traces that some rule reads
+(boundary spans, failed spans, roots, the deepest spans of traces far too deep or large), with the
+attributes and payload parts the rules use, as ``_rows``: the responses of the ``llm`` spans whose tool
+calls are checked, and (only when the survey found spans other instrumentations wrote) the tools their
+requests listed (``{request_tools}``, see :func:`read_candidates`).
 """
 
 
