@@ -266,7 +266,7 @@ def at(struct: str) -> str:
 
 
 ROLES_SQL: Final = """
-WITH r AS (
+WITH r AS NOT MATERIALIZED (
     SELECT r.*, c.repeats, c.deep,
            {'span_id': span_id, 'name': name, 'kind': kind, 'boundary': boundary, 'occurrence': occurrence,
             'seq': seq} AS spot
@@ -334,7 +334,8 @@ FROM per_trace p LEFT JOIN repeats rp USING (trace_id) LEFT JOIN records rc USIN
 
 The classifier computes them from the suspects' ``_rows``, or reads them from ``trace_features``, where the
 writers stored them when the trace's spans were written (:mod:`._features`); the judgements below read
-only ``_roles``.
+only ``_roles``. ``r`` is not materialized: each of its three readers keeps only the rows and columns it
+needs, cheaper than copying every span's columns once (about a third of the query's time on write).
 """
 
 # --------------------------------------------------------------------------------------------- tool loop
