@@ -95,7 +95,7 @@ agents AS (
            bool_and(kept AND inclusion_probability >= 1.0) AS census
     FROM traces_by_agent GROUP BY agent
 ),
-chosen AS (
+chosen AS NOT MATERIALIZED (
     SELECT t.trace_id, t.max_depth, t.span_count, t.llm_calls, t.duration_ms, t.tokens, a.agent_no,
            CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
     FROM traces_by_agent t JOIN agents a USING (agent)
