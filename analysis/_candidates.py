@@ -68,13 +68,14 @@ FROM (
                     THEN TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) END AS score,
                CASE WHEN coalesce(depth, 0) = 0 THEN attributes['{attr.RUN_OUTPUT}'] ELSE 'x' END AS output,
                {_SIGN} AS sign
-        FROM spans
+        FROM {{spans}}
         WHERE kind IN ('llm', 'tool') OR coalesce(depth, 0) = 0
     )
 )
 GROUP BY ALL
 """
-"""One read of every ``llm``, ``tool`` and depth-0 span (the survey), a row per facet and key:
+"""One read of every ``llm``, ``tool`` and depth-0 span of ``{spans}`` (the ``spans`` table, or the spans of
+the traces the written features do not describe: :func:`survey`), a row per facet and key:
 
 * ``list``: one row per tool list shown to models (``key`` is its ``tailcut.tools.sha256``, NULL for spans
   other instrumentations wrote), with the first trace that showed it;
@@ -107,7 +108,7 @@ _SUSPECTS: Final = {
         "SELECT hash(trace_id), true, NULL FROM traces WHERE max_tool_repeat >= $loop_min_repeats"
     ),
     "repeats (counted)": (
-        "SELECT hash(trace_id), true, NULL FROM spans "
+        "SELECT hash(trace_id), true, NULL FROM {spans} "
         "WHERE kind = 'tool' AND coalesce(attempt, 1) = 1 AND request_sha256 IS NOT NULL "
         "GROUP BY trace_id, coalesce(tool_name, boundary, name), request_sha256 "
         "HAVING count(*) >= $loop_min_repeats"
@@ -150,15 +151,15 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
             THEN response END AS response,
        {{request_tools}} AS request_tools,
        {_EMPTY_RESULT} AS empty_result
-FROM spans JOIN _candidates c ON hash(trace_id) = c.trace
+FROM {{spans}} JOIN _candidates c ON hash(trace_id) = c.trace
 WHERE kind IN ('llm', 'tool', 'retriever', 'memory') OR status_code = 'ERROR' OR parent_span_id IS NULL
    OR list_contains(c.deep, depth)
 """
-"""The spans of the suspect traces that some rule reads (boundary spans, failed spans, roots, the deepest
-spans of traces far too deep or large), with the attributes and payload parts the rules use, as ``_rows``:
-the responses of the ``llm`` spans whose tool calls are checked, and (only when the survey found spans
-other instrumentations wrote) the tools their requests listed (``{request_tools}``, see
-:func:`read_candidates`).
+"""The spans (of ``{spans}``, as in :data:`SURVEY_SQL`) of the suspect traces that some rule reads
+(boundary spans, failed spans, roots, the deepest spans of traces far too deep or large), with the
+attributes and payload parts the rules use, as ``_rows``: the responses of the ``llm`` spans whose tool
+calls are checked, and (only when the survey found spans other instrumentations wrote) the tools their
+requests listed (``{request_tools}``, see :func:`read_candidates`).
 """
 
 
@@ -183,18 +184,24 @@ def repeats_trusted(dataset: Dataset, *, trust_trace_signals: bool) -> bool:
     return spans is not None and counted is not None and spans[0] == counted[0]
 
 
-def survey(dataset: Dataset, parameters: dict[str, Any]) -> pa.Table:
-    """Run :data:`SURVEY_SQL` and register its rows as ``_survey``; returns them without the trace lists."""
-    query = dataset.connection.sql(SURVEY_SQL, params=named_parameters(SURVEY_SQL, parameters))
+def survey(dataset: Dataset, parameters: dict[str, Any], *, spans: str = "spans") -> pa.Table:
+    """Run :data:`SURVEY_SQL` over the relation ``spans`` (the ``spans`` table, or the spans of the traces
+    the written features do not describe) and register its rows as ``_survey``; returns them without the
+    trace lists."""
+    sql = SURVEY_SQL.replace("{spans}", spans)
+    query = dataset.connection.sql(sql, params=named_parameters(sql, parameters))
     table = query.to_arrow_table()
     dataset.connection.register("_survey", table)
     return table.drop_columns(["suspects", "shown_by"])
 
 
-def candidates_sql(*, stale_lists: bool, repeats_trusted: bool) -> str:
+def candidates_sql(
+    *, stale_lists: bool, repeats_trusted: bool, spans: str = "spans", within: str = ""
+) -> str:
     """The query that fills ``_candidates`` from the sources that apply: one row per suspect trace (``trace``,
     the hash of its id), whether its tool calls may repeat (``repeats``), and the depths whose spans
-    ``tool_loop`` may point at (``deep``).
+    ``tool_loop`` may point at (``deep``). Repeated calls are counted over the relation ``spans``; with
+    ``within`` (a query of trace hashes), only those traces are suspects.
 
     The traces that showed a stale tool list come from the survey (its ``shown_by`` lists); repeated tool
     calls come from the trace signal or are counted. A hash collision
@@ -209,26 +216,39 @@ def candidates_sql(*, stale_lists: bool, repeats_trusted: bool) -> str:
         "CREATE OR REPLACE TEMP TABLE _candidates AS\n"
         "SELECT trace, bool_or(repeats) AS repeats,\n"
         "       list(DISTINCT deep) FILTER (WHERE deep IS NOT NULL) AS deep\n"
-        f"FROM (\n    {sources}\n) AS suspect(trace, repeats, deep)\n"
-        "GROUP BY trace"
+        f"FROM (\n    {sources.replace('{spans}', spans)}\n) AS suspect(trace, repeats, deep)\n"
+        + (f"WHERE trace IN ({within})\n" if within else "")
+        + "GROUP BY trace"
     )
 
 
 def read_candidates(
-    dataset: Dataset, facts: pa.Table, parameters: dict[str, Any], *, repeats_trusted: bool
+    dataset: Dataset,
+    facts: pa.Table,
+    parameters: dict[str, Any],
+    *,
+    repeats_trusted: bool,
+    spans: str = "spans",
+    within: str = "",
 ) -> None:
     """Collect the suspect traces into ``_candidates`` and read their spans into ``_rows``.
 
     ``facts`` is the survey (:func:`survey`); ``parameters`` holds the thresholds and ``suspect_keys``
     (the tool lists the schema book found stale). The ``request`` column is read only when some ``llm``
     span carries no hash of its tools (the survey's ``list`` row with a NULL key), to hash the tools it
-    listed.
+    listed. ``spans`` and ``within`` scope the read to some traces (see :func:`candidates_sql`).
     """
-    query = candidates_sql(stale_lists=bool(parameters["suspect_keys"]), repeats_trusted=repeats_trusted)
+    query = candidates_sql(
+        stale_lists=bool(parameters["suspect_keys"]),
+        repeats_trusted=repeats_trusted,
+        spans=spans,
+        within=within,
+    )
     dataset.connection.execute(query, named_parameters(query, parameters))
     third_party = any(
         facet == "list" and key is None
         for facet, key in zip(facts["facet"].to_pylist(), facts["key"].to_pylist(), strict=True)
     )
     rows = ROWS_SQL.replace("{request_tools}", REQUEST_TOOLS if third_party else "NULL::VARCHAR")
+    rows = rows.replace("{spans}", spans)
     dataset.connection.execute(rows, named_parameters(rows, parameters))

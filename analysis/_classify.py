@@ -88,11 +88,12 @@ twice its threshold else 0.7, ``silent_degradation`` 0.9 for a failed outcome, 0
 0.7 low score only.
 
 The rules are evaluated from the per-trace features the writers stored with the spans (``trace_features``
-and ``trace_checks``, :mod:`._features`) when those describe exactly the spans present: no payload is read
-then. Otherwise (a data dir written before them, a trace written in two batches, the exhaustive
-``Thresholds(trust_recorded_counts=False, trust_trace_signals=False)``) they are evaluated traces-first:
-one survey of every span and the ``traces`` table name the traces that may show a category, and only their
-spans are read for the rules (:mod:`._candidates` explains why that set is complete and what it costs).
+and ``trace_checks``, :mod:`._features`) for every trace they describe exactly: no payload is read then.
+The other traces (written before them, or in two batches: a late span), or every trace for the exhaustive
+``Thresholds(trust_recorded_counts=False, trust_trace_signals=False)``, are evaluated traces-first: one
+survey of their spans and the ``traces`` table name the traces that may show a category, and only those
+traces' spans are read for the rules (:mod:`._candidates` explains why that set is complete and what it
+costs); the tool lists and schemas both ways find make one schema book.
 Both ways compute the same roles (:data:`._rules.ROLES_SQL`) and judge them with the same SQL; robust
 z-scores are always computed at classify time, from the ``traces`` rows and the ``llm`` spans' tokens.
 """
@@ -103,13 +104,14 @@ import contextlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.analysis import _features, _rules
 from tailcut.analysis._candidates import read_candidates, repeats_trusted, survey
 from tailcut.analysis._toolcalls import (
     CallProblem,
+    SchemaBook,
     check_calls,
     enforced_schemas,
     load_schema_book,
@@ -129,7 +131,9 @@ LAYERS: Final = attr.HARNESS_LAYERS
 #: How much each kind of signal is worth when a category has more than one (schema_drift).
 _DRIFT_BOTH: Final = 0.9
 #: The tables a classification builds on its way (see :mod:`._candidates`), dropped once it is done.
-_SCRATCH_TABLES: Final = ("_reference", "_scores", "_candidates", "_rows", "_roles")
+_SCRATCH_TABLES: Final = ("_scores", "_candidates", "_rows", "_roles", "_spans_roles")
+#: Where the roles of the traces the features do not describe are put together (then added to ``_roles``).
+_SPANS_ROLES: Final = "_spans_roles"
 
 
 @dataclass(frozen=True)
@@ -335,23 +339,32 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
 def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted.
 
-    From the features written with the spans when they describe the spans present
-    (:func:`._features.usable`), else from a survey of the spans and the suspects' spans.
+    From the features written with the spans for the traces they describe (:func:`._features.usable`),
+    from a survey of the spans and the suspects' spans for the others.
     """
     import pyarrow as pa
 
     parameters = limits.parameters()
     connection = dataset.connection
-    stored = _features.usable(dataset, limits)
-    reference = _rules.reference_sql(
-        _rules.LLM_CALLS_FROM_FEATURES if stored else _rules.LLM_CALLS_FROM_SPANS
-    )
-    connection.execute(reference, {"min_baseline": limits.min_baseline})
-    connection.execute(_rules.SCORES_SQL, _rules.named_parameters(_rules.SCORES_SQL, parameters))
-    if stored:
-        local, retries, problems = _features.read(dataset, parameters)
+    coverage = _features.usable(dataset, limits)
+    partial = coverage is not None and coverage.partial
+    spans = _features.UNCOVERED_SPANS if partial else "spans" if coverage is None else None
+    scores = _rules.scores_sql(features=coverage is not None, spans=spans)
+    connection.execute(scores, _rules.named_parameters(scores, parameters))
+    if coverage is None:
+        found = _from_spans(dataset, limits, parameters, ([], []))
+        local, retries, problems = found.local, found.retries, found.problems
     else:
-        local, retries, problems = _from_spans(dataset, limits, parameters)
+        stored = _features.stored(dataset, coverage)
+        schemas = (stored.lists, stored.enforced)
+        # the traces the features do not describe first: their tool lists and schemas join the book
+        found = _from_spans(dataset, limits, parameters, schemas, scoped=True) if partial else None
+        book = load_schema_book(*schemas) if found is None else found.book
+        local, retries, problems = _features.read(dataset, parameters, book, stored.checks)
+        if found is not None:
+            connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")
+            local = pa.concat_tables([local, found.local])
+            retries, problems = [*retries, *found.retries], [*problems, *found.problems]
     tables = [
         local,
         *(_run(dataset, q, parameters) for q in (_rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)),
@@ -369,25 +382,48 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     return table
 
 
+class _FromSpans(NamedTuple):
+    """What :func:`_from_spans` found: the ``error`` and ``schema_violation`` findings, the
+    ``schema_drift`` findings of identical retries (as rows), the tool-call problems and the schema book
+    they were judged by."""
+
+    local: pa.Table
+    retries: list[dict[str, Any]]
+    problems: list[CallProblem]
+    book: SchemaBook
+
+
 def _from_spans(
-    dataset: Dataset, limits: Thresholds, parameters: dict[str, Any]
-) -> tuple[pa.Table, list[dict[str, Any]], list[CallProblem]]:
-    """Fill ``_roles`` from the suspects' spans (the survey, then ``_rows``); return the ``error`` and
-    ``schema_violation`` findings, the ``schema_drift`` findings of identical retries (as rows) and the
-    tool-call problems (drift of arguments is judged from them)."""
+    dataset: Dataset,
+    limits: Thresholds,
+    parameters: dict[str, Any],
+    stored: tuple[list[tuple[str, str, str | None]], list[tuple[str, str, str | None]]],
+    *,
+    scoped: bool = False,
+) -> _FromSpans:
+    """Fill ``_roles`` from the suspects' spans (the survey, then ``_rows``) and judge their tool calls
+    against a book of the tool lists and schemas the survey found plus those ``stored`` (lists, enforced).
+
+    ``scoped``: only of the traces the features do not describe (``_uncovered``), roles into
+    ``_spans_roles``."""
     import pyarrow as pa
 
     connection = dataset.connection
-    facts = survey(dataset, parameters)
-    lists, enforced = representative_lists(dataset, facts), enforced_schemas(facts)
+    spans = _features.UNCOVERED_SPANS if scoped else "spans"
+    within = f"SELECT hash(trace_id) FROM {_features.UNCOVERED}" if scoped else ""
+    facts = survey(dataset, parameters, spans=spans)
+    lists = [*stored[0], *representative_lists(dataset, facts, spans=spans)]
+    enforced = sorted({*stored[1], *enforced_schemas(facts)})
     book = load_schema_book(lists, enforced)
     parameters["suspect_keys"] = book.suspect_keys()
     trusted = repeats_trusted(dataset, trust_trace_signals=limits.trust_trace_signals)
-    read_candidates(dataset, facts, parameters, repeats_trusted=trusted)
-    connection.execute(f"CREATE OR REPLACE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
+    read_candidates(dataset, facts, parameters, repeats_trusted=trusted, spans=spans, within=within)
+    roles = _SPANS_ROLES if scoped else "_roles"
+    connection.execute(f"CREATE OR REPLACE TEMP TABLE {roles} AS {_rules.ROLES_SQL}")
     if others := third_party_lists(connection):
         book = load_schema_book([*lists, *others], enforced)
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
     retries = _run(dataset, _rules.RETRIES_SQL, parameters).to_pylist()
     violations = pa.Table.from_pylist(violation_rows(problems), schema=findings_schema())
-    return pa.concat_tables([_run(dataset, _rules.ERROR_SQL, parameters), violations]), retries, problems
+    local = pa.concat_tables([_run(dataset, _rules.ERROR_SQL, parameters), violations])
+    return _FromSpans(local, retries, problems, book)

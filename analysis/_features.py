@@ -15,12 +15,13 @@ against every version the batch holds, and (on the batch's first trace) the batc
 schemas.
 
 **On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
-spans when they describe exactly the spans present: every span counted by one row (no trace written in two
-batches, no file written before the features existed), every ``trace_checks`` row they were written with
-present, one root per trace, and the same ``rules`` key
-(version, ``drift_min_attempts``, ``transient_errors``); otherwise, and when the caller asked for the
-exhaustive classification (``trust_recorded_counts`` or ``trust_trace_signals`` false), the spans are read as
-before. Robust z-scores are still computed at classify time, from the ``traces`` rows and the stored tokens.
+spans of every trace they describe exactly: one row for the trace (not written in two batches), one root,
+the same ``rules`` key (version, ``drift_min_attempts``, ``transient_errors``), and its spans counted by
+that row (no span written before the features existed). The other traces alone are classified from their
+spans, as the whole data dir is when the caller asked for the exhaustive classification
+(``trust_recorded_counts`` or ``trust_trace_signals`` false), when some ``trace_checks`` row the features
+were written with is missing, or when they describe no trace. Robust z-scores are still computed at
+classify time, from the ``traces`` rows and the stored tokens.
 
 The check of the recorded violations on write is local to the trace where the read path's is global: an
 ``llm`` span whose recorded ``tailcut.schema_violations`` is 0 is skipped when no tool span of its batch
@@ -35,8 +36,9 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.analysis import _candidates, _rules, _toolcalls
@@ -340,7 +342,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     connection.execute(_CANDIDATES)
     rows = _candidates.ROWS_SQL.replace(
         "{request_tools}", _candidates.REQUEST_TOOLS if third_party else "NULL::VARCHAR"
-    )
+    ).replace("{spans}", "spans")
     connection.execute(rows, _rules.named_parameters(rows, parameters))
     connection.execute(f"CREATE OR REPLACE TEMP TABLE _roles AS {_rules.ROLES_SQL}")
     if third_party and (others := _toolcalls.third_party_lists(connection)):
@@ -430,15 +432,88 @@ def _open_calls(
 
 # ------------------------------------------------------------------------------------------------ reading
 
+_ROWS_VIEW: Final = "_feature_rows"
+#: The traces the features do not describe, and their spans, read once (see :func:`usable`).
+UNCOVERED: Final = "_uncovered"
+UNCOVERED_SPANS: Final = "_uncovered_spans"
+
+#: The ``spans`` columns the classifier reads of the traces the features do not describe (the survey, the
+#: suspects' rows, the tool lists they showed, their calls' tokens and repeated calls; :mod:`._candidates`).
+_SPAN_COLUMNS: Final = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "is_orphan",
+    "name",
+    "kind",
+    "boundary",
+    "occurrence",
+    "seq",
+    "attempt",
+    "start_time",
+    "end_time",
+    "span_index",
+    "depth",
+    "status_code",
+    "error_type",
+    "status_message",
+    "tool_name",
+    "tool_call_id",
+    "request_sha256",
+    "input_tokens",
+    "output_tokens",
+    "finish_reason",
+    "attributes",
+    "request",
+    "response",
+)
+
 _COVERAGE: Final = f"""
-SELECT count(*) = count(DISTINCT hash(trace_id)) AND coalesce(max(roots), 0) <= 1
-           AND bool_and(rules = $rules)
-           AND coalesce(sum(checks), 0) = (SELECT count(*) FROM {CHECKS_VIEW}),
-       coalesce(sum(span_count), 0)
-FROM {VIEW}
+SELECT count(*), count(DISTINCT hash(trace_id)), coalesce(max(roots), 0),
+       coalesce(bool_and(rules = $rules), false), coalesce(bool_or(rules = $rules), false),
+       coalesce(sum(checks), 0) = (SELECT count(*) FROM {CHECKS_VIEW}), coalesce(sum(span_count), 0),
+       (SELECT count(*) FROM spans)
+FROM {_ROWS_VIEW}
 """
-"""Whether the features hold one row per trace, one root per trace, the wanted rules and every checks
-row they were written with; and the spans they count."""
+"""Rows, traces (a hash collision only sends two traces to their spans), the most roots of a row, whether
+every row and whether any row has the wanted rules, whether every ``trace_checks`` row they were written
+with is present, the spans they count and the spans present."""
+
+_UNCOVERED_SQL: Final = f"""
+CREATE OR REPLACE TEMP TABLE {UNCOVERED} AS
+SELECT trace_id FROM {_ROWS_VIEW}
+GROUP BY trace_id HAVING count(*) > 1 OR max(roots) > 1 OR bool_or(rules <> $rules)
+"""
+"""The traces written in several batches, with several roots, or under other rules."""
+
+_MISCOUNTED_SQL: Final = f"""
+INSERT INTO {UNCOVERED}
+SELECT coalesce(s.trace_id, f.trace_id)
+FROM (SELECT trace_id, count(*) AS n FROM spans GROUP BY trace_id) s
+FULL OUTER JOIN (SELECT trace_id, sum(span_count) AS n FROM {_ROWS_VIEW} GROUP BY trace_id) f USING (trace_id)
+WHERE s.n IS DISTINCT FROM f.n
+EXCEPT SELECT trace_id FROM {UNCOVERED}
+"""
+"""The traces whose spans the features do not count exactly (spans written before the features, or files
+removed since)."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which traces the stored features describe (see :func:`usable`).
+
+    Attributes
+    ----------
+    uncovered : int
+        Traces classified from their spans instead (the ``_uncovered`` table); 0 when the features
+        describe every trace.
+    """
+
+    uncovered: int
+
+    @property
+    def partial(self) -> bool:
+        return self.uncovered > 0
 
 
 @cache
@@ -467,28 +542,34 @@ WHERE trace_id IN (SELECT trace_id FROM _scores)
 """
 
 
-"""The roles of the traces some judgement may flag: far from the reference (``_scores``), a repeated
-call, or a bad outcome, score, output or final answer (the ``traces`` row's outcome included)."""
+def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
+    """Whether the stored features can be used for ``limits`` and for which traces (None: for none).
 
-
-def usable(dataset: Dataset, limits: Thresholds) -> bool:
-    """Whether the stored features describe exactly the spans present, for ``limits``; if so, they are
-    the ``_features`` view of ``dataset``'s connection (see the module docstring)."""
+    They describe a trace when it has exactly one row, with at most one root and the wanted rules, and
+    that row counts the trace's spans present; the other traces go to ``_uncovered`` (their spans are the
+    ``_uncovered_spans`` view), and the rest are the ``_features`` view of ``dataset``'s connection. They
+    are not used at all when the caller asked for the exhaustive classification, when some ``trace_checks``
+    row they were written with is missing (the tool lists of a whole batch are then unknown), or when they
+    describe no trace. The spans of each trace are counted only when the features' count of all spans
+    differs from the spans present.
+    """
     import duckdb
 
     from tailcut.analysis import _source
     from tailcut.exporters import schema
 
     if not (limits.trust_recorded_counts and limits.trust_trace_signals):
-        return False
+        return None
     connection = dataset.connection
     pattern = _source.table_glob(dataset.location, TABLE)
+    rules = {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors)}
     try:
         [(files,)] = connection.execute("SELECT count(*) FROM glob(?)", [pattern]).fetchall()
         if not files:
-            return False
+            return None
         connection.execute(
-            f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM read_parquet('{_source.quote(pattern)}')"
+            f"CREATE OR REPLACE TEMP VIEW {_ROWS_VIEW} AS "
+            f"SELECT * FROM read_parquet('{_source.quote(pattern)}')"
         )
         checks = _source.table_glob(dataset.location, CHECKS_TABLE)
         [(check_files,)] = connection.execute("SELECT count(*) FROM glob(?)", [checks]).fetchall()
@@ -500,56 +581,141 @@ def usable(dataset: Dataset, limits: Thresholds) -> bool:
         else:
             connection.register("_no_checks", schema.TRACE_CHECKS.empty_table())
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {CHECKS_VIEW} AS SELECT * FROM _no_checks")
-        [(consistent, counted)] = connection.execute(
-            _COVERAGE, {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors)}
+        [(rows, traces, roots, every, some, checked, counted, present)] = connection.execute(
+            _COVERAGE, rules
         ).fetchall()
-        [(present,)] = connection.execute("SELECT count(*) FROM spans").fetchall()
+        if not (checked and some):
+            coverage = None
+        elif rows == traces and roots <= 1 and every and counted == present:
+            connection.execute(f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW}")
+            coverage = Coverage(0)
+        else:
+            coverage = _partial(connection, rules, count_spans=counted != present, traces=traces)
     except duckdb.Error:
-        consistent = False
-    if consistent and counted == present:
-        return True
-    drop(dataset)
-    return False
+        coverage = None
+    if coverage is None:
+        drop(dataset)
+    return coverage
+
+
+def _partial(
+    connection: duckdb.DuckDBPyConnection, rules: dict[str, str], *, count_spans: bool, traces: int
+) -> Coverage | None:
+    """Fill ``_uncovered`` and make the views of :func:`usable` when only some traces are described."""
+    connection.execute(_UNCOVERED_SQL, rules)
+    if count_spans:
+        connection.execute(_MISCOUNTED_SQL)
+    [(uncovered,)] = connection.execute(
+        f"SELECT count(*) FROM {UNCOVERED} WHERE trace_id IN (SELECT trace_id FROM {_ROWS_VIEW})"
+    ).fetchall()
+    if uncovered >= traces:
+        return None
+    [(uncovered,)] = connection.execute(f"SELECT count(*) FROM {UNCOVERED}").fetchall()
+    connection.execute(
+        f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW} "
+        f"WHERE trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})"
+    )
+    connection.execute(
+        f"CREATE OR REPLACE TEMP TABLE {UNCOVERED_SPANS} AS SELECT {', '.join(_SPAN_COLUMNS)} FROM spans "
+        f"WHERE trace_id IN (SELECT trace_id FROM {UNCOVERED})"
+    )
+    return Coverage(uncovered)
 
 
 def drop(dataset: Dataset) -> None:
-    """Remove the views :func:`usable` made."""
-    for view in (VIEW, CHECKS_VIEW):
+    """Remove the views and tables :func:`usable` made."""
+    for view in (VIEW, _ROWS_VIEW, CHECKS_VIEW):
         dataset.connection.execute(f"DROP VIEW IF EXISTS {view}")
+    for table in (UNCOVERED_SPANS, UNCOVERED):
+        dataset.connection.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+class Stored(NamedTuple):
+    """The ``trace_checks`` rows (after :func:`usable`): every tool list (``(first span, list key, tools
+    JSON)``) and enforced schema (``(tool, sha, schema JSON)``) the written batches held, as the schema book
+    takes them, and the rows with findings or tool calls of the traces the features describe."""
+
+    lists: list[tuple[str, str, str | None]]
+    enforced: list[tuple[str, str, str | None]]
+    checks: pa.Table
+
+
+def stored(dataset: Dataset, coverage: Coverage) -> Stored:
+    """The ``trace_checks`` rows, in one read (see :class:`Stored`)."""
+    covered = f"trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})" if coverage.partial else "true"
+    table = dataset.connection.sql(
+        f"SELECT local_findings, calls, tool_lists, enforced, trace_id, {covered} AS covered "
+        f"FROM {CHECKS_VIEW}"
+    ).to_arrow_table()
+    lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(table, "tool_lists").to_pylist()]
+    enforced: dict[tuple[str, str], str | None] = {}
+    for e in _flatten(table, "enforced").to_pylist():
+        enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
+    checks = table.filter(table["covered"]).select(["local_findings", "calls", "trace_id"])
+    return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
 
 
 def read(
-    dataset: Dataset, parameters: Mapping[str, Any]
+    dataset: Dataset, parameters: Mapping[str, Any], book: _toolcalls.SchemaBook, checks: pa.Table
 ) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
-    """From ``_features`` (after :func:`usable`): fill ``_roles``; return the ``error`` and
-    ``schema_violation`` findings, the ``schema_drift`` findings of identical retries (as rows) and the
-    drift problems of the stored tool calls."""
+    """From ``_features`` and the ``checks`` rows of :func:`stored` (after :func:`usable`): fill ``_roles``;
+    return the ``error`` and ``schema_violation`` findings, the ``schema_drift`` findings of identical
+    retries (as rows) and the drift problems of the stored tool calls (judged against ``book``)."""
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
 
-    connection = dataset.connection
     roles = _roles_sql()
-    connection.execute(roles, _rules.named_parameters(roles, parameters))
-    stored = connection.sql(
-        f"SELECT local_findings, calls, tool_lists, enforced, trace_id FROM {CHECKS_VIEW}"
-    ).to_arrow_table()
-    local = _flatten(stored, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
+    local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     drift = pc.equal(local["category"], "schema_drift")
     retries = local.filter(drift).to_pylist()
-    lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(stored, "tool_lists").to_pylist()]
-    enforced: dict[tuple[str, str], str | None] = {}
-    for e in _flatten(stored, "enforced").to_pylist():
-        enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
-    book = _toolcalls.load_schema_book(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()))
-    calls = _flatten(stored, "calls").sort_by(
+    calls = _flatten(checks, "calls").sort_by(
         [("trace_id", "ascending"), ("seq", "ascending"), ("call_index", "ascending")]
     )
+    return local.filter(pc.invert(drift)), retries, _drift_problems(book, calls.to_pylist())
+
+
+def _drift_problems(book: _toolcalls.SchemaBook, calls: list[dict[str, Any]]) -> list[_toolcalls.CallProblem]:
+    """The ``schema_drift`` problems of the stored tool calls.
+
+    A call whose stored verdicts cover every checkable version of its tool is judged by its tool, tool list,
+    enforced schema and verdicts alone (its arguments are only ever validated through them), so one call of
+    each such group is checked and the others take its problems; any other call is checked on its own.
+    """
+    judged: dict[tuple[Any, ...], list[_toolcalls.CallProblem]] = {}
     problems = []
-    for call in calls.to_pylist():
-        book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
-        problems.extend(p for p in _toolcalls.check(book, call) if p.category == "schema_drift")
-    return local.filter(pc.invert(drift)), retries, problems
+    for call in calls:
+        verdicts = tuple((v["sha"], v["problem"]) for v in call["verdicts"] or ())
+        shas = {sha for sha, _ in verdicts}
+        settled = bool(verdicts) and all(
+            sha in shas or not book.checkable(sha) for sha in book.versions.get(call["tool"], {})
+        )
+        key = (call["tool"], call["tools_key"], call["enforced_sha"], verdicts)
+        if settled and key in judged:
+            problems.extend(
+                _toolcalls.CallProblem(
+                    call["trace_id"],
+                    call["span_id"],
+                    call["name"],
+                    call["kind"],
+                    call["boundary"],
+                    call["occurrence"],
+                    call["seq"],
+                    p.category,
+                    p.layer,
+                    p.evidence,
+                    p.confidence,
+                )
+                for p in judged[key]
+            )
+            continue
+        book.remember(call["arguments"], verdicts)
+        found = [p for p in _toolcalls.check(book, call) if p.category == "schema_drift"]
+        if settled:
+            judged[key] = found
+        problems.extend(found)
+    return problems
 
 
 def _flatten(table: pa.Table, column: str) -> pa.Table:

@@ -4,9 +4,8 @@ Each query returns finding rows with the columns of :data:`FINDING_COLUMNS` (the
 the span the finding points at) and takes its thresholds as named parameters (``$loop_min_repeats``...).
 They run over small tables the classifier builds first, never over the Parquet files again:
 
-* ``_reference`` (:data:`REFERENCE_SQL`): per agent, the robust statistics (median, MAD) of the reference
-  sample that cost and structure z-scores are measured against;
-* ``_scores`` (:data:`SCORES_SQL`): the kept traces whose cost or structure z-scores pass a threshold;
+* ``_scores`` (:data:`SCORES_SQL`): the kept traces whose cost or structure z-scores pass a threshold,
+  measured against the robust statistics (median, MAD) of their agent's reference sample;
 * ``_rows``: the spans the rules read (boundary spans, failed spans, roots, the deepest spans) of the
   traces that may show a category, with the attributes and payload parts the rules use (see
   :mod:`._candidates`, which also explains why that set is enough);
@@ -71,88 +70,102 @@ def _z(value: str, stat: str) -> str:
 
 # ---------------------------------------------------------------------------------------- the reference
 
-REFERENCE_SQL: Final = f"""
-CREATE OR REPLACE TEMP TABLE _reference AS
+
+def _spread(value: str, stat: str) -> str:
+    """Median, MAD and 90th percentile of ``value`` (median and Q90 from one sort: ``q_{stat}``)."""
+    return f"quantile_cont({value}, [0.5, 0.9]) AS q_{stat}, mad({value}) AS mad_{stat}"
+
+
+def _spread_columns(stat: str) -> str:
+    """``med_{stat}, mad_{stat}, q90_{stat}`` from the columns of :func:`_spread`."""
+    return f"q_{stat}[1] AS med_{stat}, mad_{stat}, q_{stat}[2] AS q90_{stat}"
+
+
+SCORES_SQL: Final = f"""
+CREATE OR REPLACE TEMP TABLE _scores AS
 WITH traces_by_agent AS (
-    SELECT *, {agent_key()} AS agent, input_tokens + output_tokens AS tokens FROM traces
+    SELECT trace_id, kept, baseline, inclusion_probability, max_depth, span_count, llm_calls, duration_ms,
+           {agent_key()} AS agent, input_tokens + output_tokens AS tokens
+    FROM traces
 ),
 agents AS (
-    SELECT agent,
+    SELECT agent, row_number() OVER (ORDER BY agent) AS agent_no,
            count(*) FILTER (WHERE baseline) AS n_baseline,
            count(*) AS n_all,
            bool_and(kept AND inclusion_probability >= 1.0) AS census
     FROM traces_by_agent GROUP BY agent
 ),
-chosen AS (
-    SELECT t.*, CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
+chosen AS NOT MATERIALIZED (
+    SELECT t.trace_id, t.max_depth, t.span_count, t.llm_calls, t.duration_ms, t.tokens, a.agent_no,
+           CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
     FROM traces_by_agent t JOIN agents a USING (agent)
     WHERE (a.n_baseline >= $min_baseline AND t.baseline)
        OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline)
 ),
 per_call AS (
-    SELECT s.agent, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
-           median(s.input_tokens + s.output_tokens) AS med_call,
-           mad(s.input_tokens + s.output_tokens) AS mad_call,
-           quantile_cont(s.input_tokens + s.output_tokens, 0.9) AS q90_call
-    FROM {{llm_calls}} s
-    GROUP BY s.agent
+    SELECT agent_no, {_spread_columns("call")}, med_call_in, med_call_out
+    FROM (
+        SELECT s.agent_no, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
+               {_spread("s.input_tokens + s.output_tokens", "call")}
+        FROM {{llm_calls}} s
+        GROUP BY s.agent_no
+    )
+),
+spreads AS (
+    SELECT agent_no, any_value(source) AS source, count(*) AS n,
+           {_spread("tokens", "tokens")}, {_spread("llm_calls", "calls")},
+           {_spread("duration_ms", "duration")}, {_spread("max_depth", "depth")},
+           {_spread("span_count", "spans")}
+    FROM chosen GROUP BY agent_no
+),
+reference AS (
+    SELECT a.agent, s.source, s.n, {_spread_columns("tokens")}, {_spread_columns("calls")},
+           {_spread_columns("duration")}, {_spread_columns("depth")}, {_spread_columns("spans")},
+           p.med_call_in, p.med_call_out, p.med_call, p.mad_call, p.q90_call
+    FROM spreads s JOIN agents a USING (agent_no) LEFT JOIN per_call p USING (agent_no)
 )
-SELECT agent, any_value(source) AS source, count(*) AS n,
-       median(tokens) AS med_tokens, mad(tokens) AS mad_tokens,
-       quantile_cont(tokens, 0.9) AS q90_tokens,
-       median(llm_calls) AS med_calls, mad(llm_calls) AS mad_calls,
-       quantile_cont(llm_calls, 0.9) AS q90_calls,
-       median(duration_ms) AS med_duration, mad(duration_ms) AS mad_duration,
-       quantile_cont(duration_ms, 0.9) AS q90_duration,
-       median(max_depth) AS med_depth, mad(max_depth) AS mad_depth,
-       quantile_cont(max_depth, 0.9) AS q90_depth,
-       median(span_count) AS med_spans, mad(span_count) AS mad_spans,
-       quantile_cont(span_count, 0.9) AS q90_spans,
-       any_value(p.med_call_in) AS med_call_in, any_value(p.med_call_out) AS med_call_out,
-       any_value(p.med_call) AS med_call, any_value(p.mad_call) AS mad_call,
-       any_value(p.q90_call) AS q90_call
-FROM chosen LEFT JOIN per_call p USING (agent)
-GROUP BY agent
-"""
-
-"""The reference's statistics; ``{llm_calls}`` is a relation of ``(agent, input_tokens, output_tokens)``, one
-row per ``llm`` span with input tokens of the ``chosen`` traces (:func:`reference_sql`)."""
-
-#: The chosen traces' ``llm`` spans' tokens, from the spans or from the features written with them (joined
-#: per trace, then unnested: the lists of a trace's calls are much fewer rows than its calls).
-LLM_CALLS_FROM_SPANS: Final = (
-    "(SELECT c.agent, s.input_tokens, s.output_tokens FROM spans s JOIN chosen c USING (trace_id) "
-    "WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL)"
-)
-LLM_CALLS_FROM_FEATURES: Final = (
-    "(SELECT c.agent, unnest(f.llm_input_tokens) AS input_tokens, "
-    "unnest(f.llm_output_tokens) AS output_tokens FROM _features f JOIN chosen c USING (trace_id))"
-)
-
-
-def reference_sql(llm_calls: str) -> str:
-    """:data:`REFERENCE_SQL` over the per-call tokens of ``llm_calls`` (one of the ``LLM_CALLS_*``)."""
-    return REFERENCE_SQL.replace("{llm_calls}", llm_calls)
-
-
-SCORES_SQL: Final = f"""
-CREATE OR REPLACE TEMP TABLE _scores AS
 SELECT * FROM (
-    SELECT t.trace_id, t.max_depth, t.span_count, t.input_tokens + t.output_tokens AS tokens, t.llm_calls,
+    SELECT t.trace_id, t.max_depth, t.span_count, t.tokens, t.llm_calls,
            t.duration_ms, r.agent, r.source, r.n AS ref_n, r.med_depth, r.med_spans, r.med_tokens,
            r.med_calls, r.med_duration, r.med_call, r.mad_call, r.q90_call, r.med_call_in, r.med_call_out,
            {_z("t.max_depth", "depth")} AS z_depth, {_z("t.span_count", "spans")} AS z_spans,
-           {_z("t.input_tokens + t.output_tokens", "tokens")} AS z_tokens,
+           {_z("t.tokens", "tokens")} AS z_tokens,
            {_z("t.llm_calls", "calls")} AS z_calls,
            {_z("t.duration_ms", "duration")} AS z_duration
-    FROM traces t JOIN _reference r ON {agent_key("t")} = r.agent
+    FROM traces_by_agent t JOIN reference r USING (agent)
     WHERE t.kept
 )
 WHERE z_depth >= $structure_z OR z_spans >= $structure_z
    OR z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
 """
 """The kept traces far from their agent's reference in structure or cost: what ``tool_loop`` and
-``cost_blowup`` start from (the traces table answers it; no span is read)."""
+``cost_blowup`` start from. The reference is, per agent, the robust statistics (median, MAD, 90th
+percentile) of its reference sample (the ``chosen`` traces); ``{llm_calls}`` is a relation of
+``(agent_no, input_tokens, output_tokens)``, one row per ``llm`` span with input tokens of the ``chosen``
+traces (:func:`scores_sql`; ``agent_no`` numbers the agents, cheaper to group by than their names). The
+``traces`` table answers the rest; no span is read."""
+
+#: The chosen traces' ``llm`` spans' tokens, from the spans (of the relation ``{spans}``) or from the features
+#: written with them (joined per trace, then unnested: the lists of a trace's calls are much fewer rows than
+#: its calls).
+LLM_CALLS_FROM_SPANS: Final = (
+    "SELECT c.agent_no, s.input_tokens, s.output_tokens FROM {spans} s JOIN chosen c USING (trace_id) "
+    "WHERE s.kind = 'llm' AND s.input_tokens IS NOT NULL"
+)
+LLM_CALLS_FROM_FEATURES: Final = (
+    "SELECT c.agent_no, unnest(f.llm_input_tokens) AS input_tokens, "
+    "unnest(f.llm_output_tokens) AS output_tokens FROM _features f JOIN chosen c USING (trace_id)"
+)
+
+
+def scores_sql(*, features: bool, spans: str | None) -> str:
+    """:data:`SCORES_SQL` over the per-call tokens of the traces the features describe (``features``) and
+    of the spans of the relation ``spans`` (None: of no spans)."""
+    sources = [LLM_CALLS_FROM_FEATURES] if features else []
+    if spans is not None:
+        sources.append(LLM_CALLS_FROM_SPANS.replace("{spans}", spans))
+    return SCORES_SQL.replace("{llm_calls}", f"({' UNION ALL '.join(sources)})")
+
 
 # -------------------------------------------------------------------------------------------- error
 
@@ -253,7 +266,7 @@ def at(struct: str) -> str:
 
 
 ROLES_SQL: Final = """
-WITH r AS (
+WITH r AS NOT MATERIALIZED (
     SELECT r.*, c.repeats, c.deep,
            {'span_id': span_id, 'name': name, 'kind': kind, 'boundary': boundary, 'occurrence': occurrence,
             'seq': seq} AS spot
@@ -321,7 +334,8 @@ FROM per_trace p LEFT JOIN repeats rp USING (trace_id) LEFT JOIN records rc USIN
 
 The classifier computes them from the suspects' ``_rows``, or reads them from ``trace_features``, where the
 writers stored them when the trace's spans were written (:mod:`._features`); the judgements below read
-only ``_roles``.
+only ``_roles``. ``r`` is not materialized: each of its three readers keeps only the rows and columns it
+needs, cheaper than copying every span's columns once (about a third of the query's time on write).
 """
 
 # --------------------------------------------------------------------------------------------- tool loop

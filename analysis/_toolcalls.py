@@ -46,13 +46,14 @@ if TYPE_CHECKING:
 #: Call item types that are tool calls, across the four shapes (Chat's items carry ``function``).
 _CALL_TYPES: Final = ("function", "function_call", "tool_use", "tool_call")
 
-#: The tools a representative span of each tool list sent, given (list key, trace) pairs from the survey.
+#: The tools a representative span of each tool list sent, given (list key, trace) pairs from the survey
+#: (``{spans}``: the relation the survey read).
 REPRESENTATIVES_SQL: Final = f"""
 SELECT s.tools_key, arg_min(s.tools, s.trace_id || s.span_id) AS tools, min(s.trace_id || s.span_id) AS first
 FROM (
     SELECT trace_id, span_id, attributes['{attr.TOOLS_SHA256}'] AS tools_key,
            json_extract(request, '$.tools')::VARCHAR AS tools
-    FROM spans WHERE kind = 'llm' AND trace_id IN (SELECT unnest($traces))
+    FROM {{spans}} WHERE kind = 'llm' AND trace_id IN (SELECT unnest($traces))
 ) s
 JOIN (SELECT unnest($keys) AS tools_key, unnest($traces) AS trace_id) r USING (tools_key, trace_id)
 GROUP BY s.tools_key
@@ -256,7 +257,9 @@ def _sha(schema: Any) -> str:
     return sha256_hex(canonical_json(schema))
 
 
-def representative_lists(dataset: Dataset, survey: pa.Table) -> list[tuple[str, str, str | None]]:
+def representative_lists(
+    dataset: Dataset, survey: pa.Table, *, spans: str = "spans"
+) -> list[tuple[str, str, str | None]]:
     """``(first span, list key, tools JSON)`` of every tool list the survey found, from one span showing it.
 
     The key is the hash of the list, so any span that showed it will do; the first span (by trace and span
@@ -276,7 +279,8 @@ def representative_lists(dataset: Dataset, survey: pa.Table) -> list[tuple[str, 
     if not rows:
         return []
     found = dataset.connection.execute(
-        REPRESENTATIVES_SQL, {"keys": [k for k, _ in rows], "traces": [t for _, t in rows]}
+        REPRESENTATIVES_SQL.replace("{spans}", spans),
+        {"keys": [k for k, _ in rows], "traces": [t for _, t in rows]},
     ).fetchall()
     return [(first, key, tools) for key, tools, first in found]
 

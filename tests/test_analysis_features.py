@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,9 +29,11 @@ def recorded(tmp_path_factory) -> Path:
     return data
 
 
-def classify_both(data: Path, **thresholds) -> tuple[pl.DataFrame, pl.DataFrame]:
+def classify_both(data: Path, partly: bool = False, **thresholds) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The findings from the features (of every trace, or ``partly``) and from reading every span."""
     dataset = Dataset(data)
-    assert _features.usable(dataset, Thresholds(**thresholds))
+    coverage = _features.usable(dataset, Thresholds(**thresholds))
+    assert coverage is not None and coverage.partial == partly, coverage
     fast = dataset.classify(thresholds=Thresholds(**thresholds))
     slow = dataset.classify(thresholds=Thresholds(**thresholds, **EXHAUSTIVE))
     return fast, slow
@@ -86,16 +89,61 @@ def test_features_of_other_retry_thresholds_are_not_used(recorded):
     assert not _features.usable(Dataset(recorded), Thresholds(**EXHAUSTIVE))
 
 
-def test_a_span_without_features_sends_the_whole_data_dir_to_the_spans(recorded, tmp_path):
+def late_copy(recorded: Path, target: Path, trace_id: str) -> None:
+    """``recorded`` copied to ``target`` (no findings file), plus a late span of ``trace_id`` in a batch of
+    its own: a copy of its most repeated tool call (a new span id, last in the tree), so that call counts
+    one more."""
+    import pyarrow.compute as pc
+
+    shutil.copytree(recorded, target)
+    shutil.rmtree(target / "findings", ignore_errors=True)
+    spans = read_table(recorded, "spans")
+    own = spans.filter(pc.equal(spans["trace_id"], trace_id))
+    calls = own.filter(pc.and_(pc.equal(own["kind"], "tool"), pc.equal(own["attempt"], 1)))
+    shas = calls["request_sha256"].to_pylist()
+    repeated = max(shas, key=shas.count)
+    tool = calls.slice(shas.index(repeated), 1)
+    last = max(own["span_index"].to_pylist())
+    tool = tool.set_column(tool.schema.get_field_index("span_id"), "span_id", pa.array(["feed" * 4]))
+    for name in ("span_index", "subtree_end"):
+        tool = tool.set_column(tool.schema.get_field_index(name), name, pa.array([last + 1], pa.int32()))
+    with DataDirWriter(target) as writer:
+        writer.write_spans(tool)
+
+
+@pytest.mark.parametrize(
+    "thresholds",
+    [{}, {"loop_min_repeats": 2}, {"score_threshold": 0.95}],
+    ids=["default", "loop_2", "score_95"],
+)
+def test_a_late_span_sends_only_its_own_trace_to_the_spans(recorded, tmp_path, thresholds):
+    looping = Dataset(recorded).classify().filter(category="tool_loop")["trace_id"][0]
+    late = tmp_path / "late"
+    late_copy(recorded, late, looping)
+    coverage = _features.usable(Dataset(late), Thresholds(**thresholds))
+    assert coverage == _features.Coverage(uncovered=1)  # not the whole data dir
+    fast, slow = classify_both(late, partly=True, **thresholds)
+    assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
+    before = Dataset(recorded).classify().filter(trace_id=looping, category="tool_loop")["evidence"][0]
+    after = fast.filter(trace_id=looping, category="tool_loop")["evidence"][0]
+    assert before != after  # the late call is counted: the trace was read from its spans
+
+
+def test_a_batch_whose_features_are_lost_sends_only_its_traces_to_the_spans(recorded, tmp_path):
     mixed = tmp_path / "mixed"
     shutil.copytree(recorded, mixed)
     shutil.rmtree(mixed / "findings", ignore_errors=True)
-    for part in (mixed / "trace_features").glob("**/*.parquet"):
-        part.unlink()
-        break
-    dataset = Dataset(mixed)
-    assert not _features.usable(dataset, Thresholds())
-    assert dataset.classify().equals(Dataset(recorded).classify())
+    before = {p for table in ("trace_features", "trace_checks") for p in (mixed / table).glob("**/*.parquet")}
+    with DataDirWriter(mixed) as writer:
+        writer.write_spans(spans_table(trace_spans("ef" * 16, 100, 3)))
+    for table in ("trace_features", "trace_checks"):  # as if written before the features existed
+        for part in set((mixed / table).glob("**/*.parquet")) - before:
+            part.unlink()
+    assert _features.usable(Dataset(mixed), Thresholds()) == _features.Coverage(uncovered=1)
+    fast, slow = classify_both(mixed, partly=True)
+    assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
+    assert fast.filter(trace_id="ef" * 16)["category"].to_list() == ["error"]
+    assert fast.filter(pl.col("trace_id") != "ef" * 16).equals(Dataset(recorded).classify())
 
 
 def trace_spans(trace_id: str, first: int, count: int) -> list[dict]:
@@ -245,19 +293,31 @@ def traces(draw) -> list[dict]:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(spans=traces())
-def test_features_agree_with_the_spans_on_random_traces(tmp_path_factory, spans):
+@given(spans=traces(), late=st.sets(st.integers(2, 12), max_size=4))
+def test_features_agree_with_the_spans_on_random_traces(tmp_path_factory, spans, late):
+    """The last span of each trace in ``late`` comes in a second batch (its trace then has two rows, and only
+    the others are classified from their features)."""
+    import pyarrow.compute as pc
+
     from tailcut.exporters._signals import trace_rows
 
     data = tmp_path_factory.mktemp("random") / "data"
     table = spans_table(spans)
+    last = {s["trace_id"]: s["span_id"] for s in spans if int(s["trace_id"], 16) in late}
+    second = pc.is_in(
+        pc.binary_join_element_wise(table["trace_id"], table["span_id"], ""),
+        value_set=pa.array([t + s for t, s in last.items()], pa.string()),
+    )
     with DataDirWriter(data) as writer:
-        writer.write_spans(table)
+        writer.write_spans(table.filter(pc.invert(second)))
+        writer.flush()
+        writer.write_spans(table.filter(second))
         writer.write_traces(
             trace_rows(table, kept=True, decision_reason="ingested", inclusion_probability=1.0)
         )
     for thresholds in ({"min_baseline": 3, "cost_z": 1.5, "structure_z": 1.0}, {"loop_min_repeats": 2}):
-        fast, slow = classify_both(data, **thresholds)
+        split = any(sum(s["trace_id"] == t for s in spans) > 1 for t in last)
+        fast, slow = classify_both(data, **thresholds, partly=split)
         assert fast.equals(slow), (thresholds, fast.to_dicts(), slow.to_dicts())
 
 
