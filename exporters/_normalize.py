@@ -32,7 +32,7 @@ from tailcut.exporters._conventions import (
     synthetic_boundary,
 )
 from tailcut.exporters._messages import CONTENT_EVENTS, is_content_key, rebuild
-from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters._pricing import PER_TOKEN, default_pricing
 from tailcut.exporters._signals import ID_KEYS
 from tailcut.exporters._tree import TreeShape, tree_shape
 from tailcut.signals import NESTED_CALL_KIND
@@ -411,20 +411,24 @@ def _link(link: Any) -> dict[str, Any]:
 
 
 def _cost_column(data: dict[str, pa.Array]) -> pa.Array:
-    """``cost_usd`` of each span: priced from its model and tokens on ``llm`` spans, null elsewhere."""
-    llm = pc.equal(data["kind"], "llm").to_numpy(zero_copy_only=False)
-    costs: list[float | None] = [None] * len(llm)
-    rows = np.flatnonzero(llm)
-    if len(rows):
-        take = pa.array(rows)
-        priced = default_pricing().costs(
-            data["model"].take(take).to_pylist(),
-            data["input_tokens"].take(take).to_pylist(),
-            data["output_tokens"].take(take).to_pylist(),
-        )
-        for row, cost in zip(rows.tolist(), priced, strict=True):
-            costs[row] = cost
-    return pa.array(costs, pa.float64())
+    """``cost_usd`` of each span: priced from its model and tokens on ``llm`` spans, null elsewhere.
+
+    Each distinct model is priced once; the arithmetic is :meth:`Pricing.cost`'s, done on arrays.
+    """
+    models = pc.dictionary_encode(
+        pc.if_else(pc.equal(data["kind"], "llm"), data["model"], pa.scalar(None, pa.string()))
+    )
+    pricing = default_pricing()
+    prices = [pricing.price(model) for model in models.dictionary.to_pylist()]
+    table = np.array([p or (0.0, 0.0) for p in prices] + [(0.0, 0.0)], dtype=np.float64)
+    code = models.indices.fill_null(len(prices)).to_numpy(zero_copy_only=False)
+    priced = np.array([p is not None for p in prices] + [False], dtype=bool)[code]
+    tokens = [
+        data[name].fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+        for name in ("input_tokens", "output_tokens")
+    ]
+    cost = (tokens[0] * table[code, 0] + tokens[1] * table[code, 1]) * PER_TOKEN
+    return pa.array(cost, pa.float64(), mask=~priced)
 
 
 def normalize(batch: DecodedSpans) -> pa.Table:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -32,7 +32,8 @@ from tailcut.errors import ConfigError
 #: Environment variable naming a user pricing file merged over the packaged one.
 PRICING_ENV: Final = "TAILCUT_PRICING"
 _DEFAULT: Final = Path(__file__).with_name("pricing.toml")
-_PER_TOKEN: Final = 1e-6
+#: USD per token of a price given per million tokens.
+PER_TOKEN: Final = 1e-6
 _MAX_MATCHES: Final = 4096
 
 
@@ -68,13 +69,7 @@ class Pricing:
         found = self.price(model)
         if found is None:
             return None
-        return ((input_tokens or 0) * found[0] + (output_tokens or 0) * found[1]) * _PER_TOKEN
-
-    def costs(
-        self, models: Iterable[str | None], inputs: Iterable[int | None], outputs: Iterable[int | None]
-    ) -> list[float | None]:
-        """:meth:`cost` of each (model, input tokens, output tokens)."""
-        return [self.cost(m, i, o) for m, i, o in zip(models, inputs, outputs, strict=True)]
+        return ((input_tokens or 0) * found[0] + (output_tokens or 0) * found[1]) * PER_TOKEN
 
 
 def _price(model: str, entry: Any, source: Path) -> tuple[float, float]:

@@ -52,6 +52,19 @@ _FIXED_SIZES: Final = np.array([0, 8, 0, 0, 0, 4, 0, 0], dtype=np.int64)
 _KNOWN_WIRE_TYPES: Final = np.array([True, True, True, False, False, True, False, False])
 
 
+def _view_masks() -> np.ndarray:
+    """By string length (13: any longer), which of the 16 bytes read for its view are kept (as 2 words):
+    the inline bytes of a short string, the 4-byte prefix of a long one (see :func:`_string_views`)."""
+    keep = np.zeros((14, 16), dtype=np.uint8)
+    for size in range(13):
+        keep[size, 4 : 4 + size] = 0xFF
+    keep[13, 4:8] = 0xFF
+    return keep.view("<u8")
+
+
+_VIEW_KEEP: Final = _view_masks()
+
+
 def any_value(value: AnyValue) -> Any:
     """An ``AnyValue`` as a Python value (key-value lists become dicts; bytes ``{"$bytes": base64}``)."""
     which = value.WhichOneof("value")
@@ -176,24 +189,22 @@ def _string_views(
 ) -> pa.Array:
     """Arrow ``string_view`` values pointing at ``data[start:end]`` (null where not ``valid``).
 
-    A view is two little-endian words: the length with the first 4 bytes above it, then either the next
-    8 bytes (a string of up to 12 bytes, zero padded) or the buffer index (0) with the offset above it.
-    ``data`` must extend 12 bytes past every start.
+    A view is 16 bytes: the length (4, little-endian), then either the string itself zero padded (up to
+    12 bytes) or its first 4 bytes, the buffer index (0) and the offset. Each view is read whole as the 16
+    bytes from 4 before its start, the bytes that are not the string's masked off, and the length (and a
+    long string's offset) written over the rest. ``data`` must extend 12 bytes past every start, and every
+    valid string start at byte 4 or later (an OTLP string is nested in at least two messages).
     """
     count = len(start)
-    length = np.where(valid, end - start, 0).astype(np.uint64)
-    views = np.empty((count, 2), dtype="<u8")
-    words = _words(data, "<u8")
-    views[:, 0] = (words[start] << np.uint64(32)) | length
-    views[:, 1] = np.where(length > 12, start.astype(np.uint64) << np.uint64(32), words[start + 4])
-    short = np.flatnonzero(length < 12)  # inline and shorter than the 12 bytes read: zero the excess
-    if len(short):
-        size = length[short]
-        keep_first = np.where(
-            size >= 4, np.uint64(2**64 - 1), (np.uint64(1) << (np.minimum(size, 3) * 8 + 32)) - np.uint64(1)
-        )
-        views[short, 0] &= keep_first
-        views[short, 1] &= (np.uint64(1) << (np.maximum(size, 4) - 4) * 8) - np.uint64(1)
+    length = np.where(valid, end - start, 0)
+    views = np.ndarray((len(data) - 15,), dtype="V16", buffer=data, strides=(1,))[
+        np.where(valid, start - 4, 0)
+    ]
+    views.view("<u8").reshape(count, 2)[:] &= _VIEW_KEEP[np.minimum(length, 13)]
+    halves = views.view("<u4").reshape(count, 4)
+    halves[:, 0] = length
+    long = np.flatnonzero(length > 12)
+    halves[long, 3] = start[long]
     null_count = int(count - np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(

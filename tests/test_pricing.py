@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from tailcut.collector._facts import model_pricer, trace_cost_usd
 from tailcut.collector._signals import span_records, tally_of
 from tailcut.errors import ConfigError
 from tailcut.exporters import compute_signals, facts_from_otlp
+from tailcut.exporters._normalize import _cost_column
 from tailcut.exporters._pricing import PRICING_ENV, default_pricing, load_pricing
 from tests.analysis_support import fleet_data, split_in_two
 from tests.test_collector_helpers import export_request, post, rows, span, start_collector
@@ -127,6 +129,33 @@ def test_cost_is_null_exactly_for_unpriced_models_and_monotone_in_tokens(model, 
     if cost is not None:
         assert cost >= 0 and math.isfinite(cost)
         assert pricing.cost(model, tokens_in + 1, tokens_out) >= cost
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["llm", "tool"]),
+            st.sampled_from([*PRICED, *UNPRICED, "openai/GPT-4o-2024-08-06", "", None]),
+            st.none() | st.integers(-(2**63), 2**63 - 1),
+            st.none() | st.integers(0, 10**7),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_the_cost_column_is_each_llm_span_s_cost_bit_for_bit(spans):
+    """The spans table's ``cost_usd`` (priced on arrays) is :meth:`Pricing.cost` of each ``llm`` span."""
+    kinds, models, inputs, outputs = (list(column) for column in zip(*spans, strict=True))
+    data = {
+        "kind": pa.array(kinds, pa.string()),
+        "model": pa.array(models, pa.string()),
+        "input_tokens": pa.array(inputs, pa.int64()),
+        "output_tokens": pa.array(outputs, pa.int64()),
+    }
+    pricing = default_pricing()
+    expected = [pricing.cost(m, i, o) if k == "llm" else None for k, m, i, o in spans]
+    assert _cost_column(data).to_pylist() == expected
 
 
 # --- the collector and the writers agree ---------------------------------------------------------------
