@@ -31,28 +31,35 @@ def _cursor() -> Any:
         return _connection.cursor()
 
 
-def _invalid(values: pa.ChunkedArray) -> np.ndarray:
+def _invalid(columns: dict[int, pa.ChunkedArray]) -> dict[int, np.ndarray]:
+    """Per column, the rows whose value is not JSON; one query checks all the columns together."""
+    names = {position: f"c{position}" for position in columns}
+    checks = ", ".join(f"coalesce(json_valid({name}), true) AS {name}" for name in names.values())
     cursor = _cursor()
     try:
-        cursor.register("payloads", pa.table({"v": values}))
-        ok = cursor.execute("SELECT coalesce(json_valid(v), true) AS ok FROM payloads").fetchnumpy()["ok"]
+        cursor.register("payloads", pa.table({names[p]: values for p, values in columns.items()}))
+        ok = cursor.execute(f"SELECT {checks} FROM payloads").fetchnumpy()
     finally:
         cursor.close()
-    return np.flatnonzero(~np.asarray(ok, dtype=bool))
+    return {p: np.flatnonzero(~np.asarray(ok[name], dtype=bool)) for p, name in names.items()}
 
 
 def readable_json(table: pa.Table) -> pa.Table:
     """``table`` with every value of its JSON columns that is not JSON replaced by a JSON string of it."""
-    for position, field in enumerate(table.schema):
-        if not isinstance(field.type, pa.JsonType) or table.column(position).null_count == table.num_rows:
-            continue
-        storage = pa.chunked_array([chunk.storage for chunk in table.column(position).chunks], pa.string())
-        bad = _invalid(storage)
+    columns = {
+        position: pa.chunked_array([chunk.storage for chunk in table.column(position).chunks], pa.string())
+        for position, field in enumerate(table.schema)
+        if isinstance(field.type, pa.JsonType) and table.column(position).null_count < table.num_rows
+    }
+    if not columns:
+        return table
+    for position, bad in _invalid(columns).items():
         if not len(bad):
             continue
-        values = storage.to_pylist()
+        values = columns[position].to_pylist()
         for i in bad.tolist():
             values[i] = canonical_json(values[i])
+        field = table.schema.field(position)
         fixed = pa.ExtensionArray.from_storage(field.type, pa.array(values, pa.string()))
         table = table.set_column(position, field, fixed)
     return table
