@@ -53,16 +53,23 @@ _KNOWN_WIRE_TYPES: Final = np.array([True, True, True, False, False, True, False
 
 
 def _view_masks() -> np.ndarray:
-    """By string length (13: any longer), which of the 16 bytes read for its view are kept (as 2 words):
-    the inline bytes of a short string, the 4-byte prefix of a long one (see :func:`_string_views`)."""
+    """By string length (13: any longer), which of the 16 bytes read for its view are kept (one ``V16``
+    item each): the inline bytes of a short string, the 4-byte prefix of a long one (see
+    :func:`_string_views`)."""
     keep = np.zeros((14, 16), dtype=np.uint8)
     for size in range(13):
         keep[size, 4 : 4 + size] = 0xFF
     keep[13, 4:8] = 0xFF
-    return keep.view("<u8")
+    return keep.view("V16").ravel()
 
 
 _VIEW_KEEP: Final = _view_masks()
+#: By the first byte of an ``AnyValue``: the scalar it holds when that byte is the whole tag (string, bool,
+#: int, double), and the bytes its tag and value take (a string's length byte, not its text).
+_TAG_TYPES: Final = np.full(256, OTHER, dtype=np.int8)
+_TAG_TYPES[[0x0A, 0x10, 0x18, 0x21]] = [STR, BOOL, INT, FLOAT]
+_TAG_SIZES: Final = np.zeros(256, dtype=np.int64)
+_TAG_SIZES[[0x0A, 0x10, 0x18, 0x21]] = [2, 2, 2, 9]
 
 
 def any_value(value: AnyValue) -> Any:
@@ -200,7 +207,7 @@ def _string_views(
     views = np.ndarray((len(data) - 15,), dtype="V16", buffer=data, strides=(1,))[
         np.where(valid, start - 4, 0)
     ]
-    views.view("<u8").reshape(count, 2)[:] &= _VIEW_KEEP[np.minimum(length, 13)]
+    views.view("<u8")[:] &= _VIEW_KEEP[np.minimum(length, 13)].view("<u8")
     halves = views.view("<u4").reshape(count, 4)
     halves[:, 0] = length
     long = np.flatnonzero(length > 12)
@@ -227,19 +234,54 @@ def _hex(ids: np.ndarray, valid: np.ndarray) -> pa.Array:
     )
 
 
-def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeColumns:
-    """Columns of the ``KeyValue`` messages at ``kv`` (span field 9, grouped by span).
+class _KeyValues(NamedTuple):
+    """Where the parts of a set of encoded ``KeyValue`` messages are, and their scalar values."""
 
-    The runtime writes a ``KeyValue`` as key then value, and an ``AnyValue`` as one tagged field; that
-    layout is read with array arithmetic and checked. Rows it does not fit (arrays, key-value lists,
-    bytes, any other valid encoding) are parsed by the protobuf runtime.
+    ok: np.ndarray  # bool: the key is well formed (where not, the row is left to the protobuf runtime)
+    key_start: np.ndarray  # int64
+    key_end: np.ndarray  # int64
+    vtype: np.ndarray  # int8, NONE..OTHER (OTHER: left to the protobuf runtime)
+    str_start: np.ndarray  # int64, where a string value starts (it ends with the message)
+    ints: np.ndarray  # int64, the value of an INT or BOOL
+    floats: np.ndarray  # float64, the value of a FLOAT
+
+
+def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, _KeyValues]:
+    """``(fits, parts)``: the messages laid out as nearly every attribute is, read with two words each.
+
+    That layout is ``0a LK key 12 LV value`` with one-byte lengths, the value empty, a string of fewer
+    than 128 bytes, an integer or boolean below 128, or a double. ``parts`` holds where ``fits``.
     """
-    start, end = kv.start, kv.end
+    words = _words(data, "<u4")
+    head = words[start]  # 0a LK, then the key
+    key_start = start + 2
+    key_end = key_start + ((head >> 8) & 0xFF)
+    fits = ((head & 0x80FF) == 0x0A) & (key_end + 2 <= end)
+    body = words[np.where(fits, key_end, start)]  # 12 LV, then the AnyValue's tag and first byte
+    value_start = key_end + 2
+    fits &= ((body & 0x80FF) == 0x12) & (value_start + ((body >> 8) & 0xFF) == end)
+    tag = (body >> 16) & 0xFF
+    first = (body >> 24).astype(np.int64)
+    vtype = np.where(value_start == end, NONE, _TAG_TYPES[tag])
+    is_str = vtype == STR
+    size = _TAG_SIZES[tag] + np.where(is_str, first, 0)
+    fits &= (vtype != OTHER) & (
+        (value_start == end) | ((value_start + size == end) & ((first < 0x80) | (vtype == FLOAT)))
+    )
+    is_float = np.flatnonzero(fits & (vtype == FLOAT))
+    floats = np.zeros(len(start), dtype=np.float64)
+    floats[is_float] = _words(data, "<f8")[value_start[is_float] + 1]
+    ints = np.where((vtype == INT) | (vtype == BOOL), first, 0)
+    return fits, _KeyValues(fits, key_start, key_end, vtype, value_start + 2, ints, floats)
+
+
+def _any_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> _KeyValues:
+    """The parts of ``KeyValue`` messages in any valid layout the arrays can read (any varint lengths)."""
     count = len(start)
     ok = (end > start) & (data[start] == 0x0A)
     key_length, key_start, good = _varint(data, start + 1, 3)
-    key_end = key_start + key_length
-    ok &= good & (key_end <= end)
+    ok &= good & (key_start + key_length <= end)
+    key_end = np.minimum(key_start + key_length, end)  # a key running past its message is not read
     has_value = key_end < end
     value_length, value_start, good = _varint(data, key_end + 1, 5)
     ok &= ~has_value | ((data[key_end] == 0x12) & good & (value_start + value_length == end))
@@ -264,6 +306,25 @@ def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeCol
     candidates = np.flatnonzero((tag == 0x21) & (value_start + 9 == end))
     vtype[candidates] = FLOAT
     floats[candidates] = _words(data, "<f8")[value_start[candidates] + 1]
+    return _KeyValues(ok, key_start, key_end, vtype, str_start, ints, floats)
+
+
+def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeColumns:
+    """Columns of the ``KeyValue`` messages at ``kv`` (span field 9, grouped by span).
+
+    The runtime writes a ``KeyValue`` as key then value, and an ``AnyValue`` as one tagged field; that
+    layout is read with array arithmetic and checked, first in its common form (short key and value,
+    :func:`_common_key_values`), then, for the rows that do not fit, in general (:func:`_any_key_values`).
+    Rows neither fits (arrays, key-value lists, bytes, any other valid encoding) are parsed by the
+    protobuf runtime.
+    """
+    start, end = kv.start, kv.end
+    fits, parts = _common_key_values(data, start, end)
+    rest = np.flatnonzero(~fits)
+    if len(rest):
+        for column, general in zip(parts, _any_key_values(data, start[rest], end[rest]), strict=True):
+            column[rest] = general
+    ok, key_start, key_end, vtype, str_start, ints, floats = parts
 
     keys = _string_views(buffer, data, key_start, key_end, ok).cast(pa.string())
     strs = _string_views(buffer, data, str_start, end, vtype == STR)

@@ -1,0 +1,130 @@
+"""The wire decoder's attribute readers against each other and against the protobuf runtime.
+
+Attributes are encoded by hand here, not by the runtime: lengths and integers as non-minimal varints, fields
+in either order, repeated or missing, unknown fields, values of every type and truncated messages, so the
+readers meet layouts the runtime never writes but a client may send.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tailcut.exporters._batch import BOOL, FLOAT, INT, STR
+from tailcut.exporters._errors import BadOtlpInput
+from tailcut.exporters._varint import encode_varint
+from tailcut.exporters._wire import _any_key_values, _common_key_values, any_value, decode_resource_spans
+
+
+def _varint(value: int, extra: int) -> bytes:
+    """``value`` as a varint padded with up to ``extra`` redundant bytes (at most 10 bytes: still valid)."""
+    encoded = bytearray(encode_varint(value & (2**64 - 1)))
+    extra = min(extra, 10 - len(encoded))
+    if extra:
+        encoded[-1] |= 0x80
+        encoded += b"\x80" * (extra - 1) + b"\x00"
+    return bytes(encoded)
+
+
+@st.composite
+def _field(draw: st.DrawFn, number: int, payload: bytes) -> bytes:
+    return (
+        _varint(number << 3 | 2, 0) + _varint(len(payload), draw(st.sampled_from([0, 0, 0, 1, 2]))) + payload
+    )
+
+
+@st.composite
+def encoded_any_value(draw: st.DrawFn) -> bytes:
+    """An encoded ``AnyValue``: any scalar, bytes, an array, or empty."""
+    padding = draw(st.sampled_from([0, 0, 1]))
+    kind = draw(st.sampled_from(["str", "int", "bool", "double", "bytes", "array", "empty"]))
+    if kind == "str":
+        return draw(_field(1, draw(st.text(max_size=200)).encode()))
+    if kind == "int":
+        return b"\x18" + _varint(draw(st.integers(-(2**63), 2**63 - 1)), padding)
+    if kind == "bool":
+        return b"\x10" + _varint(draw(st.integers(0, 1)), padding)
+    if kind == "double":
+        return b"\x21" + struct.pack("<d", draw(st.floats(allow_nan=False)))
+    if kind == "bytes":
+        return draw(_field(7, draw(st.binary(max_size=20))))
+    if kind == "array":
+        return draw(_field(5, draw(_field(1, draw(_field(1, b"x"))))))
+    return b""
+
+
+@st.composite
+def key_value(draw: st.DrawFn) -> bytes:
+    """An encoded ``KeyValue`` the runtime accepts, in common or unusual layouts."""
+    key = draw(_field(1, draw(st.text(max_size=150)).encode()))
+    value = draw(_field(2, draw(encoded_any_value())))
+    layout = draw(st.sampled_from(["key value", "key value", "value key", "key", "key key value"]))
+    parts = {"key": key, "value": value}
+    encoded = b"".join(parts[p] for p in layout.split())
+    if draw(st.booleans()):
+        encoded += draw(_field(15, b"unknown"))
+    return encoded
+
+
+def _buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The messages in one buffer padded as the decoder pads its own, and where each one is."""
+    sizes = np.array([len(m) for m in messages], dtype=np.int64)
+    end = 8 + np.cumsum(sizes)
+    data = np.frombuffer(bytes(8) + b"".join(messages) + bytes(16), dtype=np.uint8)
+    return data, end - sizes, end
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(key_value() | st.binary(max_size=40), min_size=1, max_size=30))
+def test_the_common_layout_reads_what_the_general_reader_reads(messages: list[bytes]) -> None:
+    """Wherever the two-word reader says a message fits, the general reader finds exactly the same."""
+    data, start, end = _buffer(messages)
+    fits, common = _common_key_values(data, start, end)
+    general = _any_key_values(data, start, end)
+    assert general.ok[fits].all()
+    for name in ("key_start", "key_end", "vtype"):
+        assert np.array_equal(getattr(common, name)[fits], getattr(general, name)[fits]), name
+    vtype = general.vtype
+    for name, types in (("str_start", [STR]), ("ints", [INT, BOOL]), ("floats", [FLOAT])):
+        at = fits & np.isin(vtype, types)
+        assert np.array_equal(getattr(common, name)[at], getattr(general, name)[at]), name
+
+
+def _request(span: bytes) -> bytes:
+    """An encoded ``ExportTraceServiceRequest`` holding one span (encoded by hand)."""
+    for number in (2, 2, 1):  # Span in ScopeSpans in ResourceSpans in the request
+        span = _varint(number << 3 | 2, 0) + _varint(len(span), 0) + span
+    return span
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(key_value(), max_size=12))
+def test_attributes_decode_as_the_protobuf_runtime_decodes_them(attributes: list[bytes]) -> None:
+    """Every attribute of a span, however encoded, comes out as the runtime parses it."""
+    head = b"\x0a\x10" + b"\x01" * 16 + b"\x12\x08" + b"\x02" * 8 + b"\x2a\x01s"
+    span = head + b"".join(b"\x4a" + _varint(len(a), 0) + a for a in attributes)
+    expected = [(kv.key, kv.value) for kv in Span.FromString(span).attributes]
+    decoded = decode_resource_spans(_request(span)).attributes
+    rows = np.arange(len(decoded))
+    got = list(zip(decoded.key.to_pylist(), decoded.values(rows), strict=True))
+    assert got == [(key, any_value(value)) for key, value in expected]
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        b"\x0a\x03key\x12\x05\x0a\x07abc",  # the string claims 7 bytes, the value holds 3
+        b"\x00\x7f",  # not a key, and a length far past the end of the request
+        b"\x0a\x7f",  # a key far longer than the request
+    ],
+)
+def test_a_truncated_attribute_is_bad_input(broken: bytes) -> None:
+    head = b"\x0a\x10" + b"\x01" * 16 + b"\x12\x08" + b"\x02" * 8
+    span = head + b"\x4a" + _varint(len(broken), 0) + broken
+    with pytest.raises(BadOtlpInput, match="attribute of span 0 is not valid protobuf"):
+        decode_resource_spans(_request(span))
