@@ -53,7 +53,7 @@ def _parents(
     count = len(trace)
     unique_keys, rank = np.unique(span_key, return_inverse=True)
     key = trace.astype(np.int64) * count + rank
-    by_key = np.lexsort((np.arange(count), key))
+    by_key = np.argsort(key, kind="stable")  # equal keys (a repeated span id) in batch order
     sorted_key = key[by_key]
     found = np.searchsorted(unique_keys, parent_key)
     found = np.minimum(found, len(unique_keys) - 1)
@@ -142,7 +142,7 @@ def tree_shape(id_keys: np.ndarray, has_parent: np.ndarray, start: np.ndarray, e
     # orphans) are the children of a virtual node per trace.
     top = parent < 0
     group = np.where(top, count + trace, parent)
-    layout = np.lexsort((span_key, start, is_orphan & top, group))
+    layout = np.lexsort((span_key, start, group * 2 + (is_orphan & top)))
     child_count = np.bincount(parent[~top], minlength=count).astype(np.int32)
     size = np.ones(count, dtype=np.int64)
     levels = [np.flatnonzero(depth == d) for d in range(int(depth.max(initial=0)) + 1)]
@@ -156,7 +156,7 @@ def tree_shape(id_keys: np.ndarray, has_parent: np.ndarray, start: np.ndarray, e
         position[level] = position[parent[level]] + 1 + offset[level]
     self_ns = _self_time(start, end, parent, layout)
     return TreeShape(
-        order=np.lexsort((position, trace)),
+        order=np.argsort(trace * count + position),  # (positions are distinct within a trace)
         depth=depth.astype(np.int32),
         child_count=child_count,
         span_index=position.astype(np.int32),
