@@ -7,6 +7,7 @@ readers meet layouts the runtime never writes but a client may send.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import numpy as np
@@ -128,3 +129,22 @@ def test_a_truncated_attribute_is_bad_input(broken: bytes) -> None:
     span = head + b"\x4a" + _varint(len(broken), 0) + broken
     with pytest.raises(BadOtlpInput, match="attribute of span 0 is not valid protobuf"):
         decode_resource_spans(_request(span))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(key_value(), min_size=1, max_size=6),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+    st.integers(0, 10**6),
+)
+def test_a_corrupted_request_is_decoded_or_bad_input_never_a_crash(
+    attributes: list[bytes], flips: list[tuple[int, int]], cut: int
+) -> None:
+    """Any byte of a request overwritten, and the request cut short: rows, or :class:`BadOtlpInput`."""
+    head = b"\x0a\x10" + b"\x01" * 16 + b"\x12\x08" + b"\x02" * 8 + b"\x2a\x01s\x39" + bytes(8)
+    span = head + b"".join(b"\x4a" + _varint(len(a), 0) + a for a in attributes)
+    request = bytearray(_request(span) * 2)
+    for at, byte in flips:
+        request[at % len(request)] = byte
+    with contextlib.suppress(BadOtlpInput):
+        decode_resource_spans(bytes(request[: len(request) - cut % len(request)]))
