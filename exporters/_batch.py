@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from tailcut import attributes as attr
 from tailcut.canonical import canonical_json
+from tailcut.exporters._errors import BadOtlpInput
 
 # Attribute value types (``AttributeColumns.vtype``).
 NONE: Final = 0
@@ -92,9 +93,9 @@ class AttributeColumns:
     """Every attribute of a batch as rows: ``span`` index, ``key`` and the value in the column of its type."""
 
     span: np.ndarray  # int32
-    key: pa.Array  # string
+    key: pa.Array  # string, or a dictionary of strings (the wire decoder's)
     vtype: np.ndarray  # int8, one of NONE..OTHER
-    strs: pa.Array  # string (string_view from the wire decoder); null unless vtype == STR
+    strs: pa.Array  # string (binary_view from the wire decoder); null unless vtype == STR
     ints: np.ndarray  # int64; the value when vtype is INT or BOOL
     floats: np.ndarray  # float64; the value when vtype is FLOAT
     others: dict[int, Any] = field(default_factory=dict)  # row -> value when vtype is OTHER
@@ -113,6 +114,12 @@ class AttributeColumns:
     def int_at(self, rows: np.ndarray) -> np.ndarray:
         """Integer values of ``rows``, 0 where a row is -1."""
         return self._padded[1][rows]
+
+    def keys(self, rows: np.ndarray) -> pa.Array:
+        """The keys of ``rows`` as a ``string`` array."""
+        if pa.types.is_dictionary(self.key.type):
+            return self.key.dictionary.take(self.key.indices.take(pa.array(rows)))
+        return self.key.take(pa.array(rows))
 
     def texts(self, rows: np.ndarray) -> pa.Array:
         """The map text (see :func:`value_text`) of ``rows``, computed column-wise."""
@@ -191,15 +198,30 @@ class AttributeColumns:
 _EMPTY_VIEW: Final = np.zeros(1, dtype="V16")
 
 
+def wire_text(views: pa.Array) -> pa.Array:
+    """Strings read from the wire (a ``binary_view`` array) as a ``string`` array, checked to be UTF-8.
+
+    Raises
+    ------
+    BadOtlpInput
+        If one is not UTF-8 (the protobuf runtime rejects such a string field too).
+    """
+    try:
+        return views.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise BadOtlpInput("a string field of a span is not valid UTF-8") from None
+
+
 def take_strings(array: pa.Array, index: np.ndarray) -> pa.Array:
     """``array[index]`` as a ``string`` array, null where ``index`` is -1.
 
-    A ``string_view`` array (what the wire decoder makes) is gathered view by view with numpy, so the
-    long values it points at are copied once, by the final cast, not by every selection.
+    A ``binary_view`` array (what the wire decoder makes) is gathered view by view with numpy, so the
+    long values it points at are copied once, by the final cast (:func:`wire_text`), not by every
+    selection.
     """
     if not len(array) or not (index >= 0).any():
         return pa.nulls(len(index), pa.string())
-    if array.type == pa.string_view():
+    if array.type == pa.binary_view():
         buffers = array.buffers()
         # A view is 16 opaque bytes: gathered as one numpy "V16" item each (much faster than 4 ints).
         views = np.frombuffer(buffers[1], dtype="V16")[array.offset : array.offset + len(array)]
@@ -214,12 +236,12 @@ def take_strings(array: pa.Array, index: np.ndarray) -> pa.Array:
         null_count = int(len(index) - np.count_nonzero(valid))
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
         gathered = pa.Array.from_buffers(
-            pa.string_view(),
+            pa.binary_view(),
             len(index),
             [validity, pa.py_buffer(picked), *buffers[2:]],
             null_count=null_count,
         )
-        return gathered.cast(pa.string())
+        return wire_text(gathered)
     return array.take(pa.array(index, mask=index < 0))
 
 

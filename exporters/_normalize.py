@@ -357,7 +357,7 @@ def _attribute_column(a: AttributeColumns, kept: np.ndarray, count: int, order: 
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     rows = kept[np.repeat(first[order] - offsets[:-1], sizes) + np.arange(offsets[-1])]
     return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), a.key.take(pa.array(rows)), a.texts(rows), type=schema.STRING_MAP
+        pa.array(offsets, pa.int32()), a.keys(rows), a.texts(rows), type=schema.STRING_MAP
     )
 
 

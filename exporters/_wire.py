@@ -17,6 +17,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -34,6 +35,7 @@ from tailcut.exporters._batch import (
     ResourceInfo,
     SpanEvent,
     SpanLink,
+    wire_text,
 )
 from tailcut.exporters._errors import BadOtlpInput
 from tailcut.exporters._varint import read_varint
@@ -194,7 +196,8 @@ def _words(data: np.ndarray, dtype: str) -> np.ndarray:
 def _string_views(
     buffer: pa.Buffer, data: np.ndarray, start: np.ndarray, end: np.ndarray, valid: np.ndarray
 ) -> pa.Array:
-    """Arrow ``string_view`` values pointing at ``data[start:end]`` (null where not ``valid``).
+    """Arrow ``binary_view`` values pointing at ``data[start:end]`` (null where not ``valid``); they
+    become strings through :func:`~tailcut.exporters._batch.wire_text`, which checks them.
 
     A view is 16 bytes: the length (4, little-endian), then either the string itself zero padded (up to
     12 bytes) or its first 4 bytes, the buffer index (0) and the offset. Each view is read whole as the 16
@@ -215,7 +218,7 @@ def _string_views(
     null_count = int(count - np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(
-        pa.string_view(), count, [validity, pa.py_buffer(views), buffer], null_count=null_count
+        pa.binary_view(), count, [validity, pa.py_buffer(views), buffer], null_count=null_count
     )
 
 
@@ -326,7 +329,9 @@ def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeCol
             column[rest] = general
     ok, key_start, key_end, vtype, str_start, ints, floats = parts
 
-    keys = _string_views(buffer, data, key_start, key_end, ok).cast(pa.string())
+    # Keys repeat: encoded to a dictionary as views, only the distinct ones are made (and checked) strings.
+    views = pc.dictionary_encode(_string_views(buffer, data, key_start, key_end, ok))
+    keys = pa.DictionaryArray.from_arrays(views.indices, wire_text(views.dictionary))
     strs = _string_views(buffer, data, str_start, end, vtype == STR)
     others: dict[int, Any] = {}
     slow = np.flatnonzero(vtype == OTHER)
@@ -376,7 +381,7 @@ def _status(buffer: pa.Buffer, data: np.ndarray, status: Fields, count: int) -> 
         message_end[owner[is_message]] = parts.end[is_message]
     codes = pa.array(STATUS_CODES, pa.string()).take(pa.array(np.where((code >= 0) & (code < 3), code, 0)))
     messages = _string_views(buffer, data, message_start, message_end, message_end > message_start)
-    return codes, messages.cast(pa.string())
+    return codes, wire_text(messages)
 
 
 def _rare(data: np.ndarray, found: Fields, parse: Callable[[bytes], Any]) -> dict[int, list[Any]]:
@@ -580,9 +585,11 @@ def decode_resource_spans(
         trace_id=_hex(ids[:, :2], np.ones(count, dtype=bool)),
         span_id=_hex(ids[:, 2:3], np.ones(count, dtype=bool)),
         parent_span_id=_hex(ids[:, 3:], has_parent),
-        name=_string_views(
-            buffer, data, single(5, found.start), single(5, found.end), np.ones(count, dtype=bool)
-        ).cast(pa.string()),
+        name=wire_text(
+            _string_views(
+                buffer, data, single(5, found.start), single(5, found.end), np.ones(count, dtype=bool)
+            )
+        ),
         span_kind=kinds,
         start_ns=times[0],
         end_ns=times[1],
