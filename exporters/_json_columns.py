@@ -23,11 +23,15 @@ _lock = threading.Lock()
 
 
 def _cursor() -> Any:
-    """A DuckDB cursor: one connection per process, a cursor per call (safe across threads)."""
+    """A DuckDB cursor: one connection per process, a cursor per call (safe across threads).
+
+    The connection runs each check on one thread: a batch's check is short, it runs on the writer's
+    background thread beside the caller's work, and more threads would only contend with that work.
+    """
     global _connection
     with _lock:
         if _connection is None:
-            _connection = duckdb.connect()
+            _connection = duckdb.connect(config={"threads": 1})
         return _connection.cursor()
 
 
