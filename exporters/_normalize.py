@@ -32,7 +32,7 @@ from tailcut.exporters._conventions import (
     synthetic_boundary,
 )
 from tailcut.exporters._messages import CONTENT_EVENTS, is_content_key, rebuild
-from tailcut.exporters._pricing import PER_TOKEN, default_pricing
+from tailcut.exporters._pricing import _PER_TOKEN, default_pricing
 from tailcut.exporters._signals import ID_KEYS
 from tailcut.exporters._tree import TreeShape, tree_shape
 from tailcut.signals import NESTED_CALL_KIND
@@ -427,7 +427,7 @@ def _cost_column(data: dict[str, pa.Array]) -> pa.Array:
         data[name].fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
         for name in ("input_tokens", "output_tokens")
     ]
-    cost = (tokens[0] * table[code, 0] + tokens[1] * table[code, 1]) * PER_TOKEN
+    cost = (tokens[0] * table[code, 0] + tokens[1] * table[code, 1]) * _PER_TOKEN
     return pa.array(cost, pa.float64(), mask=~priced)
 
 

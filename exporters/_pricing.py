@@ -32,8 +32,7 @@ from tailcut.errors import ConfigError
 #: Environment variable naming a user pricing file merged over the packaged one.
 PRICING_ENV: Final = "TAILCUT_PRICING"
 _DEFAULT: Final = Path(__file__).with_name("pricing.toml")
-#: USD per token of a price given per million tokens.
-PER_TOKEN: Final = 1e-6
+_PER_TOKEN: Final = 1e-6
 _MAX_MATCHES: Final = 4096
 
 
@@ -69,7 +68,7 @@ class Pricing:
         found = self.price(model)
         if found is None:
             return None
-        return ((input_tokens or 0) * found[0] + (output_tokens or 0) * found[1]) * PER_TOKEN
+        return ((input_tokens or 0) * found[0] + (output_tokens or 0) * found[1]) * _PER_TOKEN
 
 
 def _price(model: str, entry: Any, source: Path) -> tuple[float, float]:
