@@ -59,6 +59,11 @@ _SORT_KEYS: Final = {
     "trace_features": [("trace_id", "ascending")],
     "trace_checks": [("trace_id", "ascending")],
 }
+#: The tables of one row per trace, cut into row groups of at most :data:`PER_TRACE_ROW_GROUP_ROWS` rows
+#: when written: a trace has many spans, so a spans-sized row group of them would be read by one thread,
+#: where the classifier and the reports read these tables whole, on every core.
+_PER_TRACE_TABLES: Final = frozenset({"traces", "trace_features", "trace_checks"})
+PER_TRACE_ROW_GROUP_ROWS: Final = 8192
 
 
 @dataclass
@@ -369,7 +374,10 @@ class DataDirWriter:
                 if partition.writer is None:
                     self._open_file(partition)
                 assert partition.writer is not None and partition.temporary is not None
-                partition.writer.write_table(rows, row_group_size=rows.num_rows)
+                group = rows.num_rows
+                if partition.name in _PER_TRACE_TABLES:
+                    group = min(group, PER_TRACE_ROW_GROUP_ROWS)
+                partition.writer.write_table(rows, row_group_size=group)
                 if partition.temporary.stat().st_size >= self.roll_bytes:
                     close = True
             if close and partition.writer is not None:

@@ -111,6 +111,25 @@ def test_a_trace_lands_in_the_partition_of_its_start_day(tmp_path: Path) -> None
     assert days == {f"{1:032x}": ["2026-01-01"], f"{2:032x}": ["2026-01-02"]}
 
 
+def test_the_tables_of_one_row_per_trace_are_cut_into_row_groups_every_core_can_read(tmp_path: Path) -> None:
+    from tailcut.exporters._writer import PER_TRACE_ROW_GROUP_ROWS
+
+    traces = PER_TRACE_ROW_GROUP_ROWS + 5
+    spans = pa.concat_tables([spans_table(trace, count=1) for trace in range(1, traces + 1)])
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(spans)
+        writer.write_traces(trace_rows(spans, kept=True, decision_reason="embedded"))
+    (spans_file,) = parts(tmp_path)
+    assert pq.ParquetFile(spans_file).metadata.num_row_groups == 1
+    for table in ("traces", "trace_features"):
+        (path,) = parts(tmp_path, table)
+        groups = pq.ParquetFile(path).metadata
+        assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == [
+            PER_TRACE_ROW_GROUP_ROWS,
+            5,
+        ], table
+
+
 def test_rows_are_sorted_by_trace_then_span_index_within_a_row_group(tmp_path: Path) -> None:
     with DataDirWriter(tmp_path, row_group_rows=12) as writer:
         for trace in (9, 3, 7, 1):
