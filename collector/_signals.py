@@ -25,7 +25,7 @@ from tailcut.collector._facts import KIND_BY_RAW, SpanRecord, llm_record, span_k
 from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import SpanFacts
 from tailcut.exporters._signals import trace_cost
-from tailcut.signals import trace_signals
+from tailcut.signals import chain_depth, trace_signals
 
 _CARRIER = attr.CARRIER_KIND
 _KIND = attr.KIND
@@ -170,18 +170,7 @@ def tree_shape(parents: dict[bytes, bytes]) -> tuple[int, int]:
             if above is not None:
                 depth = depths[span_id] = above + 1
             else:
-                chain = [span_id]
-                seen = {span_id}
-                up = parent_id
-                while up and up not in depths and up in parents and up not in seen:
-                    chain.append(up)
-                    seen.add(up)
-                    up = parents[up]
-                base = depths[up] + 1 if up and up in depths else 0
-                for member in reversed(chain):
-                    depths[member] = base
-                    base += 1
-                depth = depths[span_id]
+                depth = chain_depth(span_id, parent_id, depths, parents)
         if depth > deepest:
             deepest = depth
     return deepest, orphans

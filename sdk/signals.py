@@ -37,10 +37,12 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from typing import Final, NamedTuple
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Final, NamedTuple, TypeVar
 
 from tailcut.attributes import CARRIER_KIND, trace_signal_attributes
+
+_Id = TypeVar("_Id", bound=Hashable)
 
 #: The kind whose nesting marks a duplicate view of one model call.
 NESTED_CALL_KIND: Final = "llm"
@@ -164,6 +166,33 @@ class SignalCounter:
         )
 
 
+def chain_depth(span_id: _Id, parent_id: _Id, depths: dict[_Id, int], parents: Mapping[_Id, _Id]) -> int:
+    """The depth of ``span_id``, whose parent ``parent_id`` is in the trace but has no depth yet.
+
+    Follows ``parents`` (span id to parent id) up to a span with a depth in ``depths``, a root, an orphan
+    or, on corrupt input, a cycle (depth 0 where it is entered), and records the depth of every span on
+    the way in ``depths``.
+
+    Examples
+    --------
+    >>> depths = {"a": 0}
+    >>> chain_depth("c", "b", depths, {"a": None, "b": "a", "c": "b"}), depths
+    (2, {'a': 0, 'b': 1, 'c': 2})
+    """
+    chain = [span_id]
+    seen = {span_id}
+    up = parent_id
+    while up and up not in depths and up in parents and up not in seen:
+        chain.append(up)
+        seen.add(up)
+        up = parents[up]
+    base = depths[up] + 1 if up and up in depths else 0
+    for member in reversed(chain):
+        depths[member] = base
+        base += 1
+    return depths[span_id]
+
+
 def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
     """The signals of a whole trace from its spans, in any order.
 
@@ -174,6 +203,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
     """
     spans = [span for span in spans if span[2] != CARRIER_KIND]
     by_id = {span[0]: span for span in spans}
+    parents = {span_id: span[1] for span_id, span in by_id.items()}
     depths: dict[Hashable, int] = {}
     orphans = 0
     counter = SignalCounter()
@@ -190,18 +220,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
             elif parent_id in depths:
                 depth = depths[span_id] = depths[parent_id] + 1
             else:
-                chain = [span_id]
-                seen = {span_id}
-                up = parent_id
-                while up and up not in depths and up in by_id and up not in seen:
-                    chain.append(up)
-                    seen.add(up)
-                    up = by_id[up][1]
-                base = depths[up] + 1 if up and up in depths else 0
-                for member in reversed(chain):
-                    depths[member] = base
-                    base += 1
-                depth = depths[span_id]
+                depth = chain_depth(span_id, parent_id, depths, parents)
         add_span(depth)
         if parent is not None and is_nested_call(kind, parent[2]):
             continue
