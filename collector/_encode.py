@@ -21,7 +21,8 @@ def field(number: int, payload: bytes) -> bytes:
 
 
 def encode_request(groups: Iterable[tuple[Any, list[bytes]]]) -> bytes:
-    """A request of ``(origin, encoded ScopeSpans.spans fields)`` groups, one ``ResourceSpans`` each."""
+    """A request of ``(origin, encoded ScopeSpans.spans fields)`` groups, one ``ResourceSpans`` each
+    (the fields may come as pieces: they are joined as they are)."""
     resource_spans = []
     for origin, spans in groups:
         scope_spans = field(1, origin.scope) + b"".join(spans)

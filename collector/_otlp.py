@@ -82,7 +82,7 @@ def overloaded(message: str, retry_after: float = 1.0) -> OtlpError:
 
 
 # --- lazy message types ---------------------------------------------------------------------------------
-def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message]]:
+def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message], type[Message]]:
     file = descriptor_pb2.FileDescriptorProto(
         name="tailcut/collector/lazy_otlp.proto", package="tailcut.collector.lazy", syntax="proto3"
     )
@@ -115,6 +115,8 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message]]:
     entry.field.add(name="value", number=2, type=_FIELD.TYPE_BYTES, label=optional)
     entry.options.map_entry = True
     message("Status", [("code", 3, _FIELD.TYPE_INT32, optional, "")])
+    # Only a span's trace_state (the writer restates it on slice-only spans): no attribute map is built.
+    message("SpanTraceState", [("trace_state", 3, _FIELD.TYPE_BYTES, optional, "")])
     message(
         "ScopeSpans",
         [("scope", 1, _FIELD.TYPE_BYTES, optional, ""), ("spans", 2, _FIELD.TYPE_BYTES, repeated, "")],
@@ -158,12 +160,14 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message]]:
         classes["tailcut.collector.lazy.Request"],
         classes["tailcut.collector.lazy.Span"],
         classes["tailcut.collector.lazy.FactsRequest"],
+        classes["tailcut.collector.lazy.SpanTraceState"],
     )
 
 
 #: ``ExportTraceServiceRequest`` framed down to per-span ``bytes`` (see the module docstring);
-#: ``FactsRequest`` frames it the same way with every span a :data:`SpanFacts` (all facts in one parse).
-FramedRequest, SpanFacts, FactsRequest = _build_lazy_types()
+#: ``FactsRequest`` frames it the same way with every span a :data:`SpanFacts` (all facts in one parse);
+#: ``SpanTraceState`` reads a span's ``trace_state`` alone.
+FramedRequest, SpanFacts, FactsRequest, SpanTraceState = _build_lazy_types()
 
 
 # --- AnyValue bytes ---------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from tailcut.collector._forward import ForwardQueue, make_forwarder
 from tailcut.collector._headsampling import forwarded_tracestate
 from tailcut.collector._journal import published_record
 from tailcut.collector._metrics import CollectorMetrics
-from tailcut.collector._otlp import SpanFacts
+from tailcut.collector._otlp import SpanTraceState
 from tailcut.collector._rows import TraceRow, traces_table
 from tailcut.collector._wal import WriteAheadLog
 from tailcut.collector._whole import self_contained
@@ -531,13 +531,13 @@ def assemble_request(group: Sequence[KeptSpans]) -> bytes:
             if entry is None:
                 entry = by_origin[id(origin)] = (origin, [])
             data = span.data
+            added = extra
             if decision.slice_only:
-                data += _restated_threshold(data, decision.inclusion_probability)
+                added = _restated_threshold(data, decision.inclusion_probability) + added
             if index == root_index:
-                added = extra + encode_attributes(item.signal_attributes)
-                entry[1].append(SPAN_TAG + encode_varint(len(data) + len(added)) + data + added)
-            else:
-                entry[1].append(SPAN_TAG + encode_varint(len(data) + len(extra)) + data + extra)
+                added += encode_attributes(item.signal_attributes)
+            # pieces, joined once by encode_request (no copy of each span's bytes per span)
+            entry[1].extend((SPAN_TAG, encode_varint(len(data) + len(added)), data, added))
     return encode_request(by_origin.values())
 
 
@@ -547,7 +547,7 @@ _TRACE_STATE = 3  # Span.trace_state
 def _restated_threshold(data: bytes, pi: float) -> bytes:
     """A ``Span.trace_state`` field to append to an encoded span (the last one wins) stating ``pi`` as
     its ``ot=th:`` threshold: the span's trace was kept by the uniform slice alone."""
-    return _trace_state_field(SpanFacts.FromString(data).trace_state, pi)
+    return _trace_state_field(SpanTraceState.FromString(data).trace_state, pi)
 
 
 @functools.lru_cache(maxsize=1024)
