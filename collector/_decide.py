@@ -44,6 +44,12 @@ class TraceDecision:
     #: as their ``tracestate`` threshold
     slice_only: bool = False
 
+    @property
+    def dropped(self) -> bool:
+        """Whether a policy voted to drop the trace: a trace not kept names a policy only then (every
+        sample and drop vote is recorded, and a drop vote wins), so no vote needs looking at again."""
+        return not self.kept and bool(self.policies)
+
 
 class PolicySet:
     """The configured top-level policies, evaluated together.

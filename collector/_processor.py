@@ -76,7 +76,6 @@ from tailcut.exporters._pricing import default_pricing
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
-_DROPPED = Decision.DROPPED
 _new = tuple.__new__
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
@@ -736,8 +735,9 @@ class Processor:
         metrics.policy_votes.update(
             [keys[vote.decision] for keys, vote in zip(self._vote_keys, votes, strict=True)]
         )
-        dropped = any(vote.decision is _DROPPED for vote in votes)
-        metrics.global_decisions["sampled" if decision.kept else "dropped" if dropped else "not_sampled"] += 1
+        metrics.global_decisions[
+            "sampled" if decision.kept else "dropped" if decision.dropped else "not_sampled"
+        ] += 1
         metrics.decisions[reason, decision.kept] += 1
         metrics.trace_removal_age.observe(now - trace.first_seen)
         root_values = root.values if root is not None else _NO_VALUES

@@ -308,6 +308,20 @@ def test_baseline_only_has_pi_p():
     )
 
 
+@given(
+    st.sampled_from([UNSET, OK, ERROR]),
+    st.integers(0, 5),
+    st.sampled_from(["/health", "/run"]),
+    st.booleans(),
+)
+def test_a_decision_is_dropped_exactly_when_a_policy_voted_to_drop(status, repeat, route, member):
+    view = trace(
+        status=status, tailcut__trace__max_tool_repeat=repeat, route=route, trace_id=in_slice(5, member)
+    )
+    decided, votes = policies(DEFAULTISH).decide(view, 0)
+    assert decided.dropped == any(vote.decision is DROPPED for vote in votes)
+
+
 def test_drop_wins_over_sample_votes():
     decided, _ = policies(DEFAULTISH).decide(
         trace(status=ERROR, route="/health", trace_id=in_slice(5, True)), 0
