@@ -336,7 +336,10 @@ def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeCol
     others: dict[int, Any] = {}
     slow = np.flatnonzero(vtype == OTHER)
     if len(slow):
-        key_list = keys.to_pylist()
+        dictionary = keys.dictionary.to_pylist()
+        codes = {key: code for code, key in enumerate(dictionary)}
+        valid = keys.indices.is_valid().to_numpy(zero_copy_only=False).copy()
+        indices = keys.indices.fill_null(0).to_numpy(zero_copy_only=False).copy()
         #: Encoded ``KeyValue`` -> (key, value): the same array (a trace's sampling policies, say) recurs
         #: on many spans, and is decoded once (the rows then share the value, which nothing modifies).
         decoded: dict[bytes, tuple[str, Any]] = {}
@@ -351,10 +354,17 @@ def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeCol
                         f"attribute of span {int(kv.owner[row])} is not valid protobuf: {exc}"
                     ) from None
                 found = decoded[raw] = (parsed.key, any_value(parsed.value))
-            key_list[row], others[row] = found
+            code = codes.get(found[0])
+            if code is None:
+                code = codes[found[0]] = len(dictionary)
+                dictionary.append(found[0])
+            indices[row], others[row] = code, found[1]
+            valid[row] = True
             if found[1] is None:
                 vtype[row] = NONE
-        keys = pa.array(key_list, pa.string())
+        keys = pa.DictionaryArray.from_arrays(
+            pa.array(indices, pa.int32(), mask=~valid), pa.array(dictionary, pa.string())
+        )
     return AttributeColumns(
         span=kv.owner.astype(np.int32),
         key=keys,
