@@ -27,6 +27,7 @@ from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import scratch_signals, tally_of
 from tailcut.collector._sink import Sink
 from tailcut.exporters._pricing import default_pricing
+from tests.test_collector_helpers import write_config
 from tests.test_collector_signals import kv
 
 COST = model_pricer()
@@ -98,40 +99,27 @@ def test_the_tally_gives_the_signals_computed_from_scratch(spans):
         assert tally.signals(datas, COST) == scratch
 
 
-_CONFIG = """
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: 127.0.0.1:0
-processors:
-  tailcut:
-    late_span_window: 0s
-  tail_sampling:
-    decision_wait: 1h
-    decision_wait_after_root_received: 0s
-    policies:
-      - name: errors
-        type: status_code
-        status_code: {{status_codes: [ERROR]}}
-      - name: tool-loops
-        type: numeric_attribute
-        numeric_attribute: {{key: tailcut.trace.max_tool_repeat, min_value: 2}}
-      - {{name: baseline, type: probabilistic, probabilistic: {{sampling_percentage: 30}}}}
-exporters:
-  tailcut_parquet:
-    path: {data}
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [tailcut, tail_sampling]
-      exporters: [tailcut_parquet]
-"""
+_POLICIES = [
+    {"name": "errors", "type": "status_code", "status_code": {"status_codes": ["ERROR"]}},
+    {
+        "name": "tool-loops",
+        "type": "numeric_attribute",
+        "numeric_attribute": {"key": "tailcut.trace.max_tool_repeat", "min_value": 2},
+    },
+    {"name": "baseline", "type": "probabilistic", "probabilistic": {"sampling_percentage": 30}},
+]
 
 
-def _processor(data: Path) -> tuple[Processor, Sink]:
-    config = parse_config(_CONFIG.format(data=data))
+def _processor(directory: Path) -> tuple[Processor, Sink]:
+    """A processor on the data dir (and log) in ``directory``; a second one replays what the first left."""
+    path = write_config(
+        directory,
+        policies=_POLICIES,
+        tailcut={"late_span_window": "0s"},
+        decision_wait="1h",
+        decision_wait_after_root_received="0s",
+    )
+    config = parse_config(path.read_text())
     metrics = CollectorMetrics()
     sink = Sink(config, metrics)
     processor = Processor(config, metrics, sink)
@@ -157,15 +145,15 @@ def test_a_replayed_log_folds_the_same_tallies_and_decides_alike(tmp_path_factor
     spans = [*first[0], *second[0]]
     rnd.shuffle(spans)
     cuts = sorted(rnd.sample(range(1, len(spans)), min(3, len(spans) - 1)))
-    data = tmp_path_factory.mktemp("tally") / "data"
-    live, live_sink = _processor(data)
+    directory = tmp_path_factory.mktemp("tally")
+    live, live_sink = _processor(directory)
     for start, end in zip([0, *cuts], [*cuts, len(spans)], strict=True):
         request = ExportTraceServiceRequest()
         request.resource_spans.add().scope_spans.add().spans.extend(spans[start:end])
         live.ingest(request.SerializeToString(), "http")
     live.wal.close()  # as after kill -9: the log holds every acknowledged request
     live.wal = live.sink.wal = None
-    replayed, replayed_sink = _processor(data)
+    replayed, replayed_sink = _processor(directory)
     assert list(replayed.buffer.pending) == list(live.buffer.pending)
     for trace_id, trace in live.buffer.pending.items():
         again = replayed.buffer.pending[trace_id]
