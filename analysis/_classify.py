@@ -95,7 +95,10 @@ survey of their spans and the ``traces`` table name the traces that may show a c
 traces' spans are read for the rules (:mod:`._candidates` explains why that set is complete and what it
 costs); the tool lists and schemas both ways find make one schema book.
 Both ways compute the same roles (:data:`._rules.ROLES_SQL`) and judge them with the same SQL; robust
-z-scores are always computed at classify time, from the ``traces`` rows and the ``llm`` spans' tokens.
+z-scores are always computed at classify time, from the ``traces`` rows and the ``llm`` spans' tokens. The
+writers judge what needs only the trace with that SQL too (``tool_loop`` by repeated calls,
+``silent_degradation`` by the root span's outcome, under the default thresholds), so that classifying the
+traces the features describe reads the roles of the traces far from the reference alone.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ from tailcut.analysis._toolcalls import (
 from tailcut.errors import ConfigError
 
 if TYPE_CHECKING:
+    import duckdb
     import polars as pl
     import pyarrow as pa
 
@@ -340,7 +344,10 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted.
 
     From the features written with the spans for the traces they describe (:func:`._features.usable`),
-    from a survey of the spans and the suspects' spans for the others.
+    from a survey of the spans and the suspects' spans for the others. The ``tool_loop`` and
+    ``silent_degradation`` findings the writers judged stand unless :func:`._features.written_judgments_hold`
+    says otherwise; ``tool_loop`` is judged again for the traces far from the reference (their depth or
+    span count may make one, or add to it).
     """
     import pyarrow as pa
 
@@ -348,6 +355,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     connection = dataset.connection
     coverage = _features.usable(dataset, limits)
     partial = coverage is not None and coverage.partial
+    written = _features.written_judgments_hold(coverage, limits)
     spans = _features.UNCOVERED_SPANS if partial else "spans" if coverage is None else None
     scores = _rules.scores_sql(features=coverage is not None, spans=spans)
     connection.execute(scores, _rules.named_parameters(scores, parameters))
@@ -360,15 +368,14 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         # the traces the features do not describe first: their tool lists and schemas join the book
         found = _from_spans(dataset, limits, parameters, schemas, scoped=True) if partial else None
         book = load_schema_book(*schemas) if found is None else found.book
-        local, retries, problems = _features.read(dataset, parameters, book, stored.checks)
+        local, retries, problems = _features.read(dataset, parameters, book, stored.checks, every=not written)
+        local = _standing(local, connection, written=written)
         if found is not None:
             connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")
             local = pa.concat_tables([local, found.local])
             retries, problems = [*retries, *found.retries], [*problems, *found.problems]
-    tables = [
-        local,
-        *(_run(dataset, q, parameters) for q in (_rules.LOOP_SQL, _rules.COST_SQL, _rules.SILENT_SQL)),
-    ]
+    judged = (_rules.LOOP_SQL, _rules.COST_SQL, *(() if written else (_rules.SILENT_SQL,)))
+    tables = [local, *(_run(dataset, q, parameters) for q in judged)]
     rows = _merge_drift(
         _problem_rows(problems, "schema_drift", "arguments follow another schema version"), retries
     )
@@ -380,6 +387,23 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     with contextlib.suppress(Exception):  # registered only on the spans' path
         connection.unregister("_survey")
     return table
+
+
+def _standing(local: pa.Table, connection: duckdb.DuckDBPyConnection, *, written: bool) -> pa.Table:
+    """The written findings that stand: all but the ``tool_loop`` ones of the traces in ``_roles`` (judged
+    again) when the written judgments hold, else all but every ``tool_loop`` and ``silent_degradation``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not written:
+        judged = pa.array(["tool_loop", "silent_degradation"])
+        return local.filter(pc.invert(pc.is_in(local["category"], value_set=judged)))
+    again = connection.sql("SELECT trace_id FROM _roles").to_arrow_table()["trace_id"].combine_chunks()
+    return local.filter(
+        pc.invert(
+            pc.and_(pc.equal(local["category"], "tool_loop"), pc.is_in(local["trace_id"], value_set=again))
+        )
+    )
 
 
 class _FromSpans(NamedTuple):

@@ -5,14 +5,16 @@
 ``tailcut ingest`` and the in-process exporter all write through it) the batch's spans run through the
 classifier's own SQL, in a private DuckDB connection: ``_rows`` (:data:`._candidates.ROWS_SQL`) over every
 trace of the batch, its roles (:data:`._rules.ROLES_SQL`), the rules that need nothing beyond the trace
-(:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`, and ``schema_violation``: a call is checked against
-the tool list of its own request), and the tool-call checks of :mod:`._toolcalls` against the tool lists and
-schemas the batch shows. One ``trace_features`` row per trace keeps its span count, the tokens of its ``llm``
-spans and its roles; one ``trace_checks`` row, for the traces that have any, the rest: those findings, the
-tool calls that break the schema they are checked against (whether another recorded version of the tool's
-schema explains them, ``schema_drift``, is only known over the whole data dir) with jsonschema's verdicts
-against every version the batch holds, and (on the batch's first trace) the batch's tool lists and enforced
-schemas.
+(:data:`._rules.ERROR_SQL`, :data:`._rules.RETRIES_SQL`, ``schema_violation``: a call is checked against the
+tool list of its own request, and, with the default thresholds, ``tool_loop`` by repeated calls and
+``silent_degradation`` by the root span's outcome: :data:`._rules.LOOP_SQL` and :data:`._rules.SILENT_SQL`
+with no reference and no ``traces`` rows), and the tool-call checks of :mod:`._toolcalls` against the tool
+lists and schemas the batch shows. One ``trace_features`` row per trace keeps its span count, the tokens of
+its ``llm`` spans and its roles; one ``trace_checks`` row, for the traces that have any, the rest: those
+findings, the tool calls that break the schema they are checked against (whether another recorded version of
+the tool's schema explains them, ``schema_drift``, is only known over the whole data dir) with jsonschema's
+verdicts against every version the batch holds, and (on the batch's first trace) the batch's tool lists and
+enforced schemas.
 
 **On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
 spans of every trace they describe exactly: one row for the trace (not written in two batches), one root,
@@ -21,7 +23,9 @@ that row (no span written before the features existed). The other traces alone a
 spans, as the whole data dir is when the caller asked for the exhaustive classification
 (``trust_recorded_counts`` or ``trust_trace_signals`` false), when some ``trace_checks`` row the features
 were written with is missing, or when they describe no trace. Robust z-scores are still computed at
-classify time, from the ``traces`` rows and the stored tokens.
+classify time, from the ``traces`` rows and the stored tokens, and only the traces they flag have their
+roles read (for ``cost_blowup`` and the depth and size of a ``tool_loop``), unless the written
+``tool_loop`` and ``silent_degradation`` findings cannot stand (:func:`written_judgments_hold`).
 
 The check of the recorded violations on write is local to the trace where the read path's is global: an
 ``llm`` span whose recorded ``tailcut.schema_violations`` is 0 is skipped when no tool span of its batch
@@ -54,7 +58,7 @@ _logger = logging.getLogger("tailcut.exporters")
 TABLE: Final = "trace_features"
 CHECKS_TABLE: Final = "trace_checks"
 #: Bumped whenever what the features hold or how they are computed changes (old rows are then not used).
-VERSION: Final = 1
+VERSION: Final = 2
 #: The relations the classifier reads them through.
 VIEW: Final = "_features"
 CHECKS_VIEW: Final = "_checks"
@@ -256,6 +260,8 @@ class Session:
         self.connection.create_function(
             "tailcut_piece", self.pieces, ["VARCHAR", "VARCHAR"], "VARCHAR", null_handling="special"
         )
+        for statement in _NO_REFERENCE:
+            self.connection.execute(statement)
         self.broken = False
 
     def clear(self) -> None:
@@ -271,6 +277,26 @@ class Session:
 
 
 _SCRATCH_TABLES: Final = ("_candidates", "_rows", "_roles")
+_NO_REFERENCE: Final = (
+    "CREATE TEMP TABLE _scores (trace_id VARCHAR, max_depth INTEGER, span_count INTEGER, source VARCHAR, "
+    "ref_n BIGINT, z_depth DOUBLE, z_spans DOUBLE, med_depth DOUBLE, med_spans DOUBLE)",
+    "CREATE TEMP TABLE traces (trace_id VARCHAR, outcome VARCHAR, outcome_score DOUBLE)",
+)
+"""What the write-time judgments (:data:`_WRITTEN_JUDGMENTS`) join instead of the data dir's: no reference
+(``tool_loop`` by repeated calls alone) and no ``traces`` rows (``silent_degradation`` by the root span's
+outcome and score, which the collector and ``ingest`` copy into the trace's row)."""
+#: The categories judged from the trace alone that the writers also judge (with the default thresholds),
+#: beside ``error``, ``schema_violation`` and ``schema_drift`` of identical retries; with the flag of
+#: ``_JUDGEABLE`` that says whether the batch has a trace they could find (else the query is not run).
+_WRITTEN_JUDGMENTS: Final = (("tool_loop", _rules.LOOP_SQL), ("silent_degradation", _rules.SILENT_SQL))
+_JUDGEABLE: Final = """
+SELECT coalesce(bool_or(repeat.n >= $loop_min_repeats), false),
+       coalesce(bool_or(root.status_code IS DISTINCT FROM 'ERROR'
+                        AND (root.outcome = 'fail' OR root.score < $score_threshold OR root.output_empty
+                             OR list_contains($degraded_finish_reasons, final.finish) OR final.tokens = 0)),
+                false)
+FROM _roles
+"""
 _REGISTERED: Final = ("batch", "_first_lists", "_local", "_calls", "_lists", "_enforced", "_base")
 
 
@@ -349,9 +375,15 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         lists = [*lists, *others]
         book = _toolcalls.load_schema_book(lists, enforced)
     calls, violations = _open_calls(connection, book, parameters)
+    [judgeable] = connection.execute(_JUDGEABLE, _rules.named_parameters(_JUDGEABLE, parameters)).fetchall()
+    queries = (
+        (_rules.ERROR_SQL, failed_root),
+        (_rules.RETRIES_SQL, retried),
+        *((q, needed) for (_, q), needed in zip(_WRITTEN_JUDGMENTS, judgeable, strict=True)),
+    )
     local = [
         connection.sql(q, params=_rules.named_parameters(q, parameters)).to_arrow_table()
-        for q, needed in ((_rules.ERROR_SQL, failed_root), (_rules.RETRIES_SQL, retried))
+        for q, needed in queries
         if needed
     ]
     local = [t.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema()) for t in local]
@@ -472,12 +504,15 @@ _COVERAGE: Final = f"""
 SELECT count(*), count(DISTINCT hash(trace_id)), coalesce(max(roots), 0),
        coalesce(bool_and(rules = $rules), false), coalesce(bool_or(rules = $rules), false),
        coalesce(sum(checks), 0) = (SELECT count(*) FROM {CHECKS_VIEW}), coalesce(sum(span_count), 0),
-       (SELECT count(*) FROM spans)
+       (SELECT count(*) FROM spans),
+       sum(hash(trace_id, root_outcome, root_score)) IS DISTINCT FROM
+           (SELECT sum(hash(trace_id, outcome, outcome_score)) FROM traces WHERE kept)
 FROM {_ROWS_VIEW}
 """
 """Rows, traces (a hash collision only sends two traces to their spans), the most roots of a row, whether
 every row and whether any row has the wanted rules, whether every ``trace_checks`` row they were written
-with is present, the spans they count and the spans present."""
+with is present, the spans they count and the spans present, and whether the kept traces' ``traces`` rows
+may state other outcomes or scores than the roots the rows describe (or be other traces)."""
 
 _UNCOVERED_SQL: Final = f"""
 CREATE OR REPLACE TEMP TABLE {UNCOVERED} AS
@@ -507,32 +542,66 @@ class Coverage:
     uncovered : int
         Traces classified from their spans instead (the ``_uncovered`` table); 0 when the features
         describe every trace.
+    restated : bool
+        Whether the ``traces`` rows of the traces described may state another outcome or score than their
+        root spans do (judged by a 64-bit checksum over both: equal sums are taken to mean equal rows), so
+        that the ``silent_degradation`` findings written with the features, which read the root span's,
+        cannot be used.
     """
 
     uncovered: int
+    restated: bool = False
 
     @property
     def partial(self) -> bool:
         return self.uncovered > 0
 
 
+_DEFAULT_JUDGMENT: Final = ("loop_min_repeats", "score_threshold", "degraded_finish_reasons")
+"""The thresholds the ``tool_loop`` and ``silent_degradation`` findings written with the features used."""
+
+
+def written_judgments_hold(coverage: Coverage | None, limits: Thresholds) -> bool:
+    """Whether the ``tool_loop`` and ``silent_degradation`` findings the writers judged (the default
+    thresholds; no reference, so repeated calls alone; each root span's outcome) stand for the traces the
+    features describe under ``limits``: then only the traces far from the reference (``_scores``) need
+    their roles read, and ``tool_loop`` is judged again for them alone. Not when some trace is classified
+    from its spans (their roles are judged with the others'), a ``traces`` row may restate an outcome,
+    or ``limits`` sets other thresholds for those two categories."""
+    from tailcut.analysis._classify import Thresholds
+
+    if coverage is None or coverage.partial or coverage.restated:
+        return False
+    defaults = Thresholds()
+    return all(getattr(limits, name) == getattr(defaults, name) for name in _DEFAULT_JUDGMENT)
+
+
+#: The roles of the traces far from the reference: what ``tool_loop`` and ``cost_blowup`` point at.
+_SCORED_ROLES: Final = ("root", "deepest", "repeat")
+
+
 @cache
-def _roles_sql() -> str:
-    """``_roles`` from the flat role columns of the traces some judgement may flag: far from the reference
-    (``_scores``), a repeated call, or a bad outcome, score, output or final answer (the ``traces``
-    row's outcome included)."""
+def _roles_sql(every: bool) -> str:
+    """``_roles`` from the flat role columns. ``every``: of the traces some judgement may flag, far from
+    the reference (``_scores``), a repeated call, or a bad outcome, score, output or final answer (the
+    ``traces`` row's outcome included); else of the traces far from the reference alone, with only the
+    roles their judgements read (:func:`written_judgments_hold`)."""
     fields: dict[str, list[str]] = defaultdict(list)
     for role, field in _role_fields():
-        fields[role].append(field)
+        if every or role in _SCORED_ROLES:
+            fields[role].append(field)
     structs = {role: ", ".join(f"'{f}': {role}_{f}" for f in names) for role, names in fields.items()}
     roles = ", ".join(
         f"CASE WHEN {role}_span_id IS NOT NULL THEN {{{struct}}} END AS {role}"
         for role, struct in structs.items()
     )
-    return f"""
+    selected = f"""
 CREATE OR REPLACE TEMP TABLE _roles AS
 SELECT trace_id, roots, {roles}, heavy FROM {VIEW}
-WHERE trace_id IN (SELECT trace_id FROM _scores)
+WHERE trace_id IN (SELECT trace_id FROM _scores)"""
+    if not every:
+        return selected
+    return f"""{selected}
    OR repeat_n >= $loop_min_repeats
    OR (root_status_code <> 'ERROR'
        AND (root_outcome = 'fail' OR root_score < $score_threshold OR root_output_empty
@@ -581,14 +650,14 @@ def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
         else:
             connection.register("_no_checks", schema.TRACE_CHECKS.empty_table())
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {CHECKS_VIEW} AS SELECT * FROM _no_checks")
-        [(rows, traces, roots, every, some, checked, counted, present)] = connection.execute(
+        [(rows, traces, roots, every, some, checked, counted, present, restated)] = connection.execute(
             _COVERAGE, rules
         ).fetchall()
         if not (checked and some):
             coverage = None
         elif rows == traces and roots <= 1 and every and counted == present:
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW}")
-            coverage = Coverage(0)
+            coverage = Coverage(0, restated=restated)
         else:
             coverage = _partial(connection, rules, count_spans=counted != present, traces=traces)
     except duckdb.Error:
@@ -656,16 +725,24 @@ def stored(dataset: Dataset, coverage: Coverage) -> Stored:
 
 
 def read(
-    dataset: Dataset, parameters: Mapping[str, Any], book: _toolcalls.SchemaBook, checks: pa.Table
+    dataset: Dataset,
+    parameters: Mapping[str, Any],
+    book: _toolcalls.SchemaBook,
+    checks: pa.Table,
+    *,
+    every: bool = True,
 ) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
-    """From ``_features`` and the ``checks`` rows of :func:`stored` (after :func:`usable`): fill ``_roles``;
-    return the ``error`` and ``schema_violation`` findings, the ``schema_drift`` findings of identical
-    retries (as rows) and the drift problems of the stored tool calls (judged against ``book``)."""
+    """From ``_features`` and the ``checks`` rows of :func:`stored` (after :func:`usable`): fill ``_roles``
+    (:func:`_roles_sql`, of ``every`` trace a judgement may flag or of those far from the reference alone);
+    return the findings written with the features but ``schema_drift`` (``error``, ``schema_violation``,
+    and ``tool_loop`` and ``silent_degradation`` as the writers judged them: see
+    :func:`written_judgments_hold`), the ``schema_drift`` findings of identical retries (as rows) and the
+    drift problems of the stored tool calls (judged against ``book``)."""
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
 
-    roles = _roles_sql()
+    roles = _roles_sql(every)
     dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
     local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     drift = pc.equal(local["category"], "schema_drift")

@@ -327,7 +327,8 @@ TRACE_CHECKS: Final = pa.schema(
     [
         _f("trace_id", pa.string(), False),
         _f("start_time", TIMESTAMP, False),  # as in trace_features (the partition day)
-        # findings that need only the trace (error, schema_violation, schema_drift of identical retries)
+        # findings that need only the trace (error, schema_violation, schema_drift of identical retries,
+        # tool_loop of repeated calls, silent_degradation by the root's outcome)
         _f(
             "local_findings",
             pa.list_(

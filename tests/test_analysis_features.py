@@ -89,6 +89,50 @@ def test_features_of_other_retry_thresholds_are_not_used(recorded):
     assert not _features.usable(Dataset(recorded), Thresholds(**EXHAUSTIVE))
 
 
+def test_the_writers_judge_tool_loop_and_silent_degradation_by_the_trace_alone(recorded):
+    checks = read_table(recorded, "trace_checks")
+    local = {f["category"] for row in checks["local_findings"].to_pylist() for f in row or ()}
+    assert {"tool_loop", "silent_degradation"} <= local
+    dataset = Dataset(recorded)
+    coverage = _features.usable(dataset, Thresholds())
+    assert coverage == _features.Coverage(uncovered=0, restated=False)
+    assert _features.written_judgments_hold(coverage, Thresholds())
+    assert not _features.written_judgments_hold(coverage, Thresholds(score_threshold=0.95))
+    assert not _features.written_judgments_hold(coverage, Thresholds(loop_min_repeats=2))
+    _features.drop(dataset)
+
+
+def test_a_traces_row_that_restates_an_outcome_is_judged_by_it(recorded, tmp_path):
+    """A ``traces`` row whose outcome is not its root span's (edited, or written by another tool): the
+    written ``silent_degradation`` findings, which read the root span's, are set aside for the trace rows'."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    findings = Dataset(recorded).classify()
+    silent = set(findings.filter(category="silent_degradation")["trace_id"])
+    clean = next(
+        t for t in sorted(set(read_table(recorded, "traces")["trace_id"].to_pylist())) if t not in silent
+    )
+    edited = tmp_path / "edited"
+    shutil.copytree(recorded, edited)
+    shutil.rmtree(edited / "findings", ignore_errors=True)
+    for part in (edited / "traces").glob("**/*.parquet"):
+        table = pq.read_table(part)
+        ours = pc.equal(table["trace_id"], clean)
+        if pc.any(ours).as_py():
+            outcome = pc.if_else(ours, pa.scalar("fail"), table["outcome"])
+            pq.write_table(
+                table.set_column(table.schema.get_field_index("outcome"), "outcome", outcome), part
+            )
+    coverage = _features.usable(Dataset(edited), Thresholds())
+    assert coverage == _features.Coverage(uncovered=0, restated=True)
+    fast, slow = classify_both(edited)
+    assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
+    assert fast.filter(trace_id=clean, category="silent_degradation")["evidence"].to_list() == [
+        "the run completed but its outcome is fail"
+    ]
+
+
 def late_copy(recorded: Path, target: Path, trace_id: str) -> None:
     """``recorded`` copied to ``target`` (no findings file), plus a late span of ``trace_id`` in a batch of
     its own: a copy of its most repeated tool call (a new span id, last in the tree), so that call counts
