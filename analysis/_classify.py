@@ -105,7 +105,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -113,7 +112,6 @@ from tailcut import attributes as attr
 from tailcut.analysis import _features, _rules
 from tailcut.analysis._candidates import read_candidates, repeats_trusted, survey
 from tailcut.analysis._toolcalls import (
-    CallProblem,
     SchemaBook,
     check_calls,
     enforced_schemas,
@@ -251,57 +249,102 @@ def _run(dataset: Dataset, query: str, parameters: dict[str, Any]) -> pa.Table:
     return table.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
 
 
-def _problem_rows(problems: Iterable[CallProblem], category: str, signal: str) -> list[dict[str, Any]]:
-    """One finding per trace from the tool-call problems of one category: the earliest call's."""
-    first: dict[str, CallProblem] = {}
-    for problem in problems:
-        if problem.category != category:
-            continue
-        held = first.get(problem.trace_id)
-        if held is None or (problem.seq or 0) < (held.seq or 0):
-            first[problem.trace_id] = problem
-    return [
-        {
-            "trace_id": p.trace_id,
-            "category": category,
-            "span_id": p.span_id,
-            "span_name": p.name,
-            "span_kind": p.kind,
-            "boundary": p.boundary,
-            "occurrence": p.occurrence,
-            "seq": p.seq,
-            "layer": p.layer,
-            "evidence": p.evidence,
-            "confidence": p.confidence,
-            "signals": [signal],
-        }
-        for p in first.values()
-    ]
+def _problem_rows(problems: pa.Table, category: str, signal: str) -> pa.Table:
+    """One finding per trace from the tool-call problems of one category (a table of
+    :func:`._toolcalls.problems_schema`, in the order of their calls): the earliest call's, the first of
+    those with the lowest ``seq``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chosen = problems.filter(pc.equal(problems["category"], category))
+    first = _first_per_trace(chosen, pc.fill_null(chosen["seq"], 0))
+    n = first.num_rows
+    columns = {
+        "trace_id": first["trace_id"],
+        "category": pa.repeat(pa.scalar(category), n),
+        "span_id": first["span_id"],
+        "span_name": first["name"],
+        "span_kind": first["kind"],
+        "boundary": first["boundary"],
+        "occurrence": first["occurrence"],
+        "seq": first["seq"],
+        "layer": first["layer"],
+        "evidence": first["evidence"],
+        "confidence": first["confidence"],
+        "signals": pa.ListArray.from_arrays(_positions(n + 1), pa.repeat(pa.scalar(signal), n)),
+    }
+    return _findings_table(columns)
 
 
-def violation_rows(problems: Iterable[CallProblem]) -> list[dict[str, Any]]:
+def violation_rows(problems: pa.Table) -> pa.Table:
     """The ``schema_violation`` findings of some tool-call problems: per trace, its earliest call's."""
     return _problem_rows(problems, "schema_violation", "arguments break the schema sent")
 
 
-def _merge_drift(
-    arguments: Sequence[dict[str, Any]], retries: Sequence[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """One ``schema_drift`` finding per trace from both signals: the earlier span, both evidences."""
-    merged = {row["trace_id"]: row for row in retries}
-    for row in arguments:
-        other = merged.get(row["trace_id"])
-        if other is None:
-            merged[row["trace_id"]] = row
-            continue
-        earlier = row if (row["seq"] or 0) <= (other["seq"] or 0) else other
-        merged[row["trace_id"]] = {
-            **earlier,
-            "evidence": f"{row['evidence']}; {other['evidence']}",
-            "confidence": _DRIFT_BOTH,
-            "signals": [*row["signals"], *other["signals"]],
-        }
-    return list(merged.values())
+def _merge_drift(arguments: pa.Table, retries: pa.Table) -> pa.Table:
+    """One ``schema_drift`` finding per trace from both signals (``findings`` rows, at most one per trace in
+    each): the earlier span (the arguments' when both start together), both evidences, both signals."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    paired = pc.is_in(arguments["trace_id"], value_set=retries["trace_id"].combine_chunks())
+    matched = pc.is_in(retries["trace_id"], value_set=arguments["trace_id"].combine_chunks())
+    row, other = arguments.filter(paired), retries.filter(matched)
+    other = other.take(pc.index_in(row["trace_id"], value_set=other["trace_id"].combine_chunks()))
+    earlier = pc.less_equal(pc.fill_null(row["seq"], 0), pc.fill_null(other["seq"], 0))
+    columns = {
+        name: row[name] if name in ("trace_id", "category") else pc.if_else(earlier, row[name], other[name])
+        for name in row.column_names
+    }
+    columns["evidence"] = pc.binary_join_element_wise(row["evidence"], other["evidence"], "; ")
+    columns["confidence"] = pa.repeat(_DRIFT_BOTH, row.num_rows)
+    columns["signals"] = _joined_lists(row["signals"].combine_chunks(), other["signals"].combine_chunks())
+    both = _findings_table(columns)
+    return pa.concat_tables([arguments.filter(pc.invert(paired)), retries.filter(pc.invert(matched)), both])
+
+
+def _first_per_trace(table: pa.Table, order: Any) -> pa.Table:
+    """The first row of each trace of ``table`` by ``order`` (an array beside it), then by row order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = pa.table({"trace_id": table["trace_id"], "order": order})
+    ordered = table.take(pc.sort_indices(keys, sort_keys=[("trace_id", "ascending"), ("order", "ascending")]))
+    if ordered.num_rows < 2:  # sort_indices is stable: the first of equals stays first
+        return ordered
+    ids = ordered["trace_id"].combine_chunks()
+    return ordered.filter(pa.concat_arrays([pa.array([True]), pc.not_equal(ids[1:], ids[:-1])]))
+
+
+def _joined_lists(first: pa.ListArray, second: pa.ListArray) -> pa.ListArray:
+    """Each list of ``first`` followed by the list of ``second`` at the same position (neither null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(first)
+    position = _positions(2 * n)
+    # 0, n, 1, n + 1, ...: each list of first, then the one of second beside it
+    interleaved = pc.add(pc.shift_right(position, 1), pc.multiply(pc.bit_wise_and(position, 1), n))
+    pairs = pa.concat_arrays([first, second]).take(interleaved)
+    lengths = pc.add(pc.list_value_length(first), pc.list_value_length(second))
+    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths).cast(pa.int32())])
+    return pa.ListArray.from_arrays(offsets, pc.list_flatten(pairs))
+
+
+def _positions(n: int) -> pa.Array:
+    """0, 1, ... n - 1 (int32)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), n)), 1)
+
+
+def _findings_table(columns: dict[str, Any]) -> pa.Table:
+    """The ``findings`` table of ``columns`` (arrays of the schema's types, by name)."""
+    import pyarrow as pa
+
+    schema = findings_schema()
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
 def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.DataFrame:
@@ -373,13 +416,12 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         if found is not None:
             connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")
             local = pa.concat_tables([local, found.local])
-            retries, problems = [*retries, *found.retries], [*problems, *found.problems]
+            retries = pa.concat_tables([retries, found.retries])
+            problems = pa.concat_tables([problems, found.problems])
     judged = (_rules.LOOP_SQL, _rules.COST_SQL, *(() if written else (_rules.SILENT_SQL,)))
     tables = [local, *(_run(dataset, q, parameters) for q in judged)]
-    rows = _merge_drift(
-        _problem_rows(problems, "schema_drift", "arguments follow another schema version"), retries
-    )
-    tables.append(pa.Table.from_pylist(rows, schema=findings_schema()))
+    drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
+    tables.append(_merge_drift(drifts, retries))
     table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
@@ -408,12 +450,12 @@ def _standing(local: pa.Table, connection: duckdb.DuckDBPyConnection, *, written
 
 class _FromSpans(NamedTuple):
     """What :func:`_from_spans` found: the ``error`` and ``schema_violation`` findings, the
-    ``schema_drift`` findings of identical retries (as rows), the tool-call problems and the schema book
-    they were judged by."""
+    ``schema_drift`` findings of identical retries, the tool-call problems (a table of
+    :func:`._toolcalls.problems_schema`) and the schema book they were judged by."""
 
     local: pa.Table
-    retries: list[dict[str, Any]]
-    problems: list[CallProblem]
+    retries: pa.Table
+    problems: pa.Table
     book: SchemaBook
 
 
@@ -447,7 +489,6 @@ def _from_spans(
     if others := third_party_lists(connection):
         book = load_schema_book([*lists, *others], enforced)
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
-    retries = _run(dataset, _rules.RETRIES_SQL, parameters).to_pylist()
-    violations = pa.Table.from_pylist(violation_rows(problems), schema=findings_schema())
-    local = pa.concat_tables([_run(dataset, _rules.ERROR_SQL, parameters), violations])
+    retries = _run(dataset, _rules.RETRIES_SQL, parameters)
+    local = pa.concat_tables([_run(dataset, _rules.ERROR_SQL, parameters), violation_rows(problems)])
     return _FromSpans(local, retries, problems, book)

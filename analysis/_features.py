@@ -436,7 +436,7 @@ def _open_calls(
     here; and the ``schema_violation`` findings, settled by the tool list each call was made from."""
     import pyarrow as pa
 
-    from tailcut.analysis._classify import findings_schema, violation_rows
+    from tailcut.analysis._classify import violation_rows
     from tailcut.exporters import schema
 
     call_type = schema.TRACE_CHECKS.field("calls").type.value_type
@@ -459,7 +459,7 @@ def _open_calls(
             "call": pa.array([{f.name: c[f.name] for f in call_type} for c in kept], call_type),
         }
     )
-    return calls, pa.Table.from_pylist(violation_rows(problems), schema=findings_schema())
+    return calls, violation_rows(_toolcalls.problems_table(problems))
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -731,13 +731,14 @@ def read(
     checks: pa.Table,
     *,
     every: bool = True,
-) -> tuple[pa.Table, list[dict[str, Any]], list[_toolcalls.CallProblem]]:
+) -> tuple[pa.Table, pa.Table, pa.Table]:
     """From ``_features`` and the ``checks`` rows of :func:`stored` (after :func:`usable`): fill ``_roles``
     (:func:`_roles_sql`, of ``every`` trace a judgement may flag or of those far from the reference alone);
     return the findings written with the features but ``schema_drift`` (``error``, ``schema_violation``,
     and ``tool_loop`` and ``silent_degradation`` as the writers judged them: see
-    :func:`written_judgments_hold`), the ``schema_drift`` findings of identical retries (as rows) and the
-    drift problems of the stored tool calls (judged against ``book``)."""
+    :func:`written_judgments_hold`), the ``schema_drift`` findings of identical retries and the drift
+    problems of the stored tool calls (judged against ``book``; a table of
+    :func:`._toolcalls.problems_schema`)."""
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
@@ -746,53 +747,70 @@ def read(
     dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
     local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     drift = pc.equal(local["category"], "schema_drift")
-    retries = local.filter(drift).to_pylist()
     calls = _flatten(checks, "calls").sort_by(
         [("trace_id", "ascending"), ("seq", "ascending"), ("call_index", "ascending")]
     )
-    return local.filter(pc.invert(drift)), retries, _drift_problems(book, calls.to_pylist())
+    return local.filter(pc.invert(drift)), local.filter(drift), _drift_problems(book, calls)
 
 
-def _drift_problems(book: _toolcalls.SchemaBook, calls: list[dict[str, Any]]) -> list[_toolcalls.CallProblem]:
-    """The ``schema_drift`` problems of the stored tool calls.
+def _drift_problems(book: _toolcalls.SchemaBook, calls: pa.Table) -> pa.Table:
+    """The ``schema_drift`` problems of the stored tool calls (rows of the ``calls`` structs), in their order,
+    as a table of :func:`._toolcalls.problems_schema`.
 
     A call whose stored verdicts cover every checkable version of its tool is judged by its tool, tool list,
-    enforced schema and verdicts alone (its arguments are only ever validated through them), so one call of
-    each such group is checked and the others take its problems; any other call is checked on its own.
+    enforced schema and verdicts alone (its arguments are only ever validated through them), so the first
+    call of each such group is checked and the others take its problem; any other call is checked on its
+    own. The groups are found in Arrow (:func:`_judging_keys`): only those calls become Python dicts.
     """
-    judged: dict[tuple[Any, ...], list[_toolcalls.CallProblem]] = {}
-    problems = []
-    for call in calls:
-        verdicts = tuple((v["sha"], v["problem"]) for v in call["verdicts"] or ())
-        shas = {sha for sha, _ in verdicts}
-        settled = bool(verdicts) and all(
-            sha in shas or not book.checkable(sha) for sha in book.versions.get(call["tool"], {})
-        )
-        key = (call["tool"], call["tools_key"], call["enforced_sha"], verdicts)
-        if settled and key in judged:
-            problems.extend(
-                _toolcalls.CallProblem(
-                    call["trace_id"],
-                    call["span_id"],
-                    call["name"],
-                    call["kind"],
-                    call["boundary"],
-                    call["occurrence"],
-                    call["seq"],
-                    p.category,
-                    p.layer,
-                    p.evidence,
-                    p.confidence,
-                )
-                for p in judged[key]
-            )
-            continue
-        book.remember(call["arguments"], verdicts)
-        found = [p for p in _toolcalls.check(book, call) if p.category == "schema_drift"]
-        if settled:
-            judged[key] = found
-        problems.extend(found)
-    return problems
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def drift(call: dict[str, Any]) -> _toolcalls.CallProblem | None:  # check yields at most one drift
+        book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
+        return next((p for p in _toolcalls.check(book, call) if p.category == "schema_drift"), None)
+
+    groups = pc.dictionary_encode(_judging_keys(calls)).indices
+    rows = pa.table({"group": groups, "row": pa.array(range(calls.num_rows), pa.int64())})
+    firsts = rows.group_by("group", use_threads=False).aggregate([("row", "min")]).sort_by("group")
+    settled, judged = [], []
+    for call in calls.take(firsts["row_min"]).to_pylist():
+        shas = {v["sha"] for v in call["verdicts"] or ()}
+        versions = book.versions.get(call["tool"], {})
+        settled.append(bool(shas) and all(sha in shas or not book.checkable(sha) for sha in versions))
+        judged.append(drift(call) if settled[-1] else None)
+    alone = pc.invert(pc.take(pa.array(settled, pa.bool_()), groups))
+    own = [drift(call) for call in calls.filter(alone).to_pylist()]
+    found = calls.select(["trace_id", "span_id", "name", "kind", "boundary", "occurrence", "seq"])
+    for name in ("category", "layer", "evidence", "confidence"):
+        kind = _toolcalls.problems_schema().field(name).type
+        column = pc.take(pa.array([None if p is None else getattr(p, name) for p in judged], kind), groups)
+        mine = pa.array([None if p is None else getattr(p, name) for p in own], kind)
+        found = found.append_column(name, pc.replace_with_mask(column, alone, mine))
+    return found.filter(pc.is_valid(found["category"])).cast(_toolcalls.problems_schema())
+
+
+def _judging_keys(calls: pa.Table) -> pa.Array:
+    """Per call, a string equal for two calls exactly when their tool, tool list, enforced schema and stored
+    verdicts are (an empty list of verdicts as a missing one): every part is written as its length, a colon
+    and its text (``-`` when null), so no text can pass for another split."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def part(values: Any) -> Any:
+        text = pc.binary_join_element_wise(pc.cast(pc.utf8_length(values), pa.string()), values, ":")
+        return pc.fill_null(text, "-")
+
+    verdicts = calls.column("verdicts").combine_chunks()
+    each = pc.list_flatten(verdicts)
+    items = pc.binary_join_element_wise(
+        part(pc.struct_field(each, "sha")), part(pc.struct_field(each, "problem")), ""
+    )
+    lengths = pc.fill_null(pc.list_value_length(verdicts), 0)
+    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths).cast(pa.int32())])
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, items), "")
+    return pc.binary_join_element_wise(
+        part(calls["tool"]), part(calls["tools_key"]), part(calls["enforced_sha"]), joined, ""
+    ).combine_chunks()
 
 
 def _flatten(table: pa.Table, column: str) -> pa.Table:

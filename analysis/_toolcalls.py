@@ -150,6 +150,36 @@ class CallProblem:
     confidence: float
 
 
+def problems_schema() -> pa.Schema:
+    """The Arrow schema of a table of :class:`CallProblem` rows (one column per attribute)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("trace_id", pa.string()),
+            ("span_id", pa.string()),
+            ("name", pa.string()),
+            ("kind", pa.string()),
+            ("boundary", pa.string()),
+            ("occurrence", pa.int32()),
+            ("seq", pa.int32()),
+            ("category", pa.string()),
+            ("layer", pa.string()),
+            ("evidence", pa.string()),
+            ("confidence", pa.float64()),
+        ]
+    )
+
+
+def problems_table(problems: Iterable[CallProblem]) -> pa.Table:
+    """``problems`` as rows of :func:`problems_schema`, in their order."""
+    import pyarrow as pa
+
+    schema = problems_schema()
+    found = list(problems)
+    return pa.table([pa.array([getattr(p, f.name) for p in found], f.type) for f in schema], schema=schema)
+
+
 @dataclass
 class SchemaBook:
     """Every recorded version of every tool's schema, and which versions each tool list showed."""
@@ -344,10 +374,13 @@ def calls(connection: duckdb.DuckDBPyConnection, parameters: Mapping[str, Any]) 
             yield dict(zip(columns, values, strict=True))
 
 
-def check_calls(dataset: Dataset, book: SchemaBook, *, trust_recorded_counts: bool) -> list[CallProblem]:
-    """The schema violations and argument-level schema drifts of every tool call that needs checking."""
+def check_calls(dataset: Dataset, book: SchemaBook, *, trust_recorded_counts: bool) -> pa.Table:
+    """The schema violations and argument-level schema drifts of every tool call that needs checking, as a
+    table of :func:`problems_schema` in the order of the calls."""
     parameters = {"trust_recorded_counts": trust_recorded_counts, "suspect_keys": book.suspect_keys()}
-    return [problem for call in calls(dataset.connection, parameters) for problem in check(book, call)]
+    return problems_table(
+        problem for call in calls(dataset.connection, parameters) for problem in check(book, call)
+    )
 
 
 def check(book: SchemaBook, call: Mapping[str, Any]) -> Iterator[CallProblem]:
