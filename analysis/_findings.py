@@ -36,6 +36,10 @@ DIRECTORY: Final = "findings"
 FILE: Final = "findings.parquet"
 #: Parquet key-value metadata key of the source key.
 SOURCE_KEY: Final = b"tailcut.findings.source"
+#: Columns of (nearly) one value per row: dictionary-encoding them costs time and saves nothing.
+_IDENTIFIERS: Final = ("trace_id", "span_id")
+#: The columns the findings are sorted by: the only ones whose min/max statistics can skip a row group.
+_SORTED_BY: Final = ("trace_id", "category")
 
 
 def path(location: str) -> Path:
@@ -81,7 +85,10 @@ def stored_key(location: str) -> str | None:
 
 
 def write(location: str, table: pa.Table, key: str) -> Path | None:
-    """Write ``table`` as the findings file with its source key, atomically; None if it cannot be written."""
+    """Write ``table`` as the findings file with its source key, atomically; None if it cannot be written.
+
+    zstd-compressed, the columns of few distinct values dictionary-encoded, statistics only of the columns
+    the rows are sorted by (a standard Parquet file: any engine reads it)."""
     import pyarrow.parquet as pq
 
     if _source.is_remote(location):
@@ -91,7 +98,13 @@ def write(location: str, table: pa.Table, key: str) -> Path | None:
     try:
         target.parent.mkdir(exist_ok=True)
         metadata = {**(table.schema.metadata or {}), SOURCE_KEY: key.encode()}
-        pq.write_table(table.replace_schema_metadata(metadata), temporary, compression="zstd")
+        pq.write_table(
+            table.replace_schema_metadata(metadata),
+            temporary,
+            compression="zstd",
+            use_dictionary=[name for name in table.column_names if name not in _IDENTIFIERS],
+            write_statistics=[name for name in _SORTED_BY if name in table.column_names],
+        )
         os.replace(temporary, target)
     except OSError:
         with contextlib.suppress(OSError):  # the folder itself may be what failed
