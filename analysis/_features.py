@@ -711,16 +711,17 @@ class Stored(NamedTuple):
 
 def stored(dataset: Dataset, coverage: Coverage) -> Stored:
     """The ``trace_checks`` rows, in one read (see :class:`Stored`)."""
-    covered = f"trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})" if coverage.partial else "true"
+    covered = f", trace_id NOT IN (SELECT trace_id FROM {UNCOVERED}) AS covered" if coverage.partial else ""
     table = dataset.connection.sql(
-        f"SELECT local_findings, calls, tool_lists, enforced, trace_id, {covered} AS covered "
-        f"FROM {CHECKS_VIEW}"
+        f"SELECT local_findings, calls, tool_lists, enforced, trace_id{covered} FROM {CHECKS_VIEW}"
     ).to_arrow_table()
     lists = [(e["first"], e["key"], e["tools"]) for e in _flatten(table, "tool_lists").to_pylist()]
     enforced: dict[tuple[str, str], str | None] = {}
     for e in _flatten(table, "enforced").to_pylist():
         enforced[(e["tool"], e["sha"])] = enforced.get((e["tool"], e["sha"])) or e["schema"]
-    checks = table.filter(table["covered"]).select(["local_findings", "calls", "trace_id"])
+    checks = table.select(["local_findings", "calls", "trace_id"])
+    if coverage.partial:  # (filtering copies every row)
+        checks = checks.filter(table["covered"])
     return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
 
 
