@@ -770,11 +770,11 @@ def _drift_problems(book: _toolcalls.SchemaBook, calls: pa.Table) -> pa.Table:
         book.remember(call["arguments"], ((v["sha"], v["problem"]) for v in call["verdicts"] or ()))
         return next((p for p in _toolcalls.check(book, call) if p.category == "schema_drift"), None)
 
-    groups = pc.dictionary_encode(_judging_keys(calls)).indices
-    rows = pa.table({"group": groups, "row": pa.array(range(calls.num_rows), pa.int64())})
-    firsts = rows.group_by("group", use_threads=False).aggregate([("row", "min")]).sort_by("group")
+    keys = _judging_keys(calls)
+    encoded = pc.dictionary_encode(keys)
+    groups = encoded.indices
     settled, judged = [], []
-    for call in calls.take(firsts["row_min"]).to_pylist():
+    for call in calls.take(pc.index_in(encoded.dictionary, value_set=keys)).to_pylist():  # each group's first
         shas = {v["sha"] for v in call["verdicts"] or ()}
         versions = book.versions.get(call["tool"], {})
         settled.append(bool(shas) and all(sha in shas or not book.checkable(sha) for sha in versions))
@@ -791,27 +791,25 @@ def _drift_problems(book: _toolcalls.SchemaBook, calls: pa.Table) -> pa.Table:
 
 
 def _judging_keys(calls: pa.Table) -> pa.Array:
-    """Per call, a string equal for two calls exactly when their tool, tool list, enforced schema and stored
-    verdicts are (an empty list of verdicts as a missing one): every part is written as its length, a colon
-    and its text (``-`` when null), so no text can pass for another split."""
+    """Per call, bytes equal for two calls exactly when their tool, tool list, enforced schema and stored
+    verdicts are: the texts joined by bytes that never occur in UTF-8 (``0xff`` between the parts,
+    ``0xfc`` between verdicts, ``0xfd`` between a verdict's sha and problem, ``0xfe`` for null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def part(values: Any) -> Any:
-        text = pc.binary_join_element_wise(pc.cast(pc.utf8_length(values), pa.string()), values, ":")
-        return pc.fill_null(text, "-")
+    def join(*parts: Any) -> Any:
+        *texts, separator = parts
+        binary = [pc.cast(text, pa.binary()) for text in texts]
+        return pc.binary_join_element_wise(
+            *binary, separator, null_handling="replace", null_replacement=b"\xfe"
+        )
 
     verdicts = calls.column("verdicts").combine_chunks()
-    each = pc.list_flatten(verdicts)
-    items = pc.binary_join_element_wise(
-        part(pc.struct_field(each, "sha")), part(pc.struct_field(each, "problem")), ""
-    )
-    lengths = pc.fill_null(pc.list_value_length(verdicts), 0)
-    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths).cast(pa.int32())])
-    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, items), "")
-    return pc.binary_join_element_wise(
-        part(calls["tool"]), part(calls["tools_key"]), part(calls["enforced_sha"]), joined, ""
-    ).combine_chunks()
+    each = verdicts.values
+    items = join(pc.struct_field(each, "sha"), pc.struct_field(each, "problem"), b"\xfd")
+    listed = pa.ListArray.from_arrays(verdicts.offsets, items, mask=verdicts.is_null())
+    joined = pc.binary_join(listed, b"\xfc")
+    return join(calls["tool"], calls["tools_key"], calls["enforced_sha"], joined, b"\xff").combine_chunks()
 
 
 def _flatten(table: pa.Table, column: str) -> pa.Table:
