@@ -792,8 +792,9 @@ def _drift_problems(book: _toolcalls.SchemaBook, calls: pa.Table) -> pa.Table:
 
 def _judging_keys(calls: pa.Table) -> pa.Array:
     """Per call, bytes equal for two calls exactly when their tool, tool list, enforced schema and stored
-    verdicts are: the texts joined by bytes that never occur in UTF-8 (``0xff`` between the parts,
-    ``0xfc`` between verdicts, ``0xfd`` between a verdict's sha and problem, ``0xfe`` for null)."""
+    verdicts are (no verdicts as an empty list): the texts joined by bytes that never occur in UTF-8
+    (``0xff`` between the parts, ``0xfc`` between verdicts, ``0xfd`` between a verdict's sha and problem,
+    ``0xfe`` for null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -808,7 +809,7 @@ def _judging_keys(calls: pa.Table) -> pa.Array:
     each = verdicts.values
     items = join(pc.struct_field(each, "sha"), pc.struct_field(each, "problem"), b"\xfd")
     listed = pa.ListArray.from_arrays(verdicts.offsets, items, mask=verdicts.is_null())
-    joined = pc.binary_join(listed, b"\xfc")
+    joined = pc.fill_null(pc.binary_join(listed, b"\xfc"), b"")  # no verdicts as none: the empty bytes
     return join(calls["tool"], calls["tools_key"], calls["enforced_sha"], joined, b"\xff").combine_chunks()
 
 
