@@ -304,10 +304,13 @@ def _merge_drift(arguments: pa.Table, retries: pa.Table) -> pa.Table:
 
 
 def _first_per_trace(table: pa.Table, order: Any) -> pa.Table:
-    """The first row of each trace of ``table`` by ``order`` (an array beside it), then by row order."""
+    """The first row of each trace of ``table`` by ``order`` (an array beside it), then by row order; in no
+    particular order."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if pc.count_distinct(table["trace_id"]).as_py() == table.num_rows:  # one row per trace already
+        return table
     keys = pa.table({"trace_id": table["trace_id"], "order": order})
     ordered = table.take(pc.sort_indices(keys, sort_keys=[("trace_id", "ascending"), ("order", "ascending")]))
     if ordered.num_rows < 2:  # sort_indices is stable: the first of equals stays first
