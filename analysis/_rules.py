@@ -61,11 +61,8 @@ _SPAN: Final = "s.span_id, s.name AS span_name, s.kind AS span_kind, s.boundary,
 
 
 def _z(value: str, stat: str) -> str:
-    """The robust z-score of ``value`` against the reference's median, MAD and 90th percentile."""
-    return (
-        f"(({value}) - r.med_{stat}) / greatest(1.4826 * r.mad_{stat}, "
-        f"(r.q90_{stat} - r.med_{stat}) / 1.2816, $min_relative_scale * abs(r.med_{stat}), 1.0)"
-    )
+    """The robust z-score of ``value`` against the reference's median and scale (:func:`_spread_columns`)."""
+    return f"(({value}) - r.med_{stat}) / r.scale_{stat}"
 
 
 # ---------------------------------------------------------------------------------------- the reference
@@ -77,8 +74,12 @@ def _spread(value: str, stat: str) -> str:
 
 
 def _spread_columns(stat: str) -> str:
-    """``med_{stat}, mad_{stat}, q90_{stat}`` from the columns of :func:`_spread`."""
-    return f"q_{stat}[1] AS med_{stat}, mad_{stat}, q_{stat}[2] AS q90_{stat}"
+    """``med_{stat}, mad_{stat}, q90_{stat}`` from the columns of :func:`_spread`, and ``scale_{stat}``: the
+    z-scores' scale ``max(1.4826·MAD, (Q90 − median)/1.2816, min_relative_scale·|median|, 1)``, once per
+    agent rather than once per trace."""
+    med, q90 = f"q_{stat}[1]", f"q_{stat}[2]"
+    scale = f"greatest(1.4826 * mad_{stat}, ({q90} - {med}) / 1.2816, $min_relative_scale * abs({med}), 1.0)"
+    return f"{med} AS med_{stat}, mad_{stat}, {q90} AS q90_{stat}, {scale} AS scale_{stat}"
 
 
 SCORES_SQL: Final = f"""
@@ -121,13 +122,13 @@ spreads AS (
 reference AS (
     SELECT a.agent, s.source, s.n, {_spread_columns("tokens")}, {_spread_columns("calls")},
            {_spread_columns("duration")}, {_spread_columns("depth")}, {_spread_columns("spans")},
-           p.med_call_in, p.med_call_out, p.med_call, p.mad_call, p.q90_call
+           p.med_call_in, p.med_call_out, p.med_call, p.scale_call
     FROM spreads s JOIN agents a USING (agent_no) LEFT JOIN per_call p USING (agent_no)
 )
 SELECT * FROM (
     SELECT t.trace_id, t.max_depth, t.span_count, t.tokens, t.llm_calls,
            t.duration_ms, r.agent, r.source, r.n AS ref_n, r.med_depth, r.med_spans, r.med_tokens,
-           r.med_calls, r.med_duration, r.med_call, r.mad_call, r.q90_call, r.med_call_in, r.med_call_out,
+           r.med_calls, r.med_duration, r.med_call, r.scale_call, r.med_call_in, r.med_call_out,
            {_z("t.max_depth", "depth")} AS z_depth, {_z("t.span_count", "spans")} AS z_spans,
            {_z("t.tokens", "tokens")} AS z_tokens,
            {_z("t.llm_calls", "calls")} AS z_calls,
@@ -380,15 +381,12 @@ FROM located l WHERE l.s IS NOT NULL
 
 # ------------------------------------------------------------------------------------------- cost blowup
 
-_Z_CALL: Final = (
-    "(h.span.input_tokens + h.span.output_tokens - f.med_call) / greatest(1.4826 * f.mad_call, "
-    "(f.q90_call - f.med_call) / 1.2816, $min_relative_scale * abs(f.med_call), 1.0)"
-)
+_Z_CALL: Final = "(h.span.input_tokens + h.span.output_tokens - f.med_call) / f.scale_call"
 
 COST_SQL: Final = f"""
 WITH flagged AS (
     SELECT trace_id, tokens, llm_calls, duration_ms, source, ref_n, med_tokens, med_calls, med_duration,
-           med_call, mad_call, q90_call, med_call_in, med_call_out, agent, z_tokens, z_calls, z_duration
+           med_call, scale_call, med_call_in, med_call_out, agent, z_tokens, z_calls, z_duration
     FROM _scores
     WHERE z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
 ),
