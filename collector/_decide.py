@@ -77,14 +77,37 @@ class PolicySet:
         #: Decisions already made, by their fields: few distinct ones recur, and building a frozen
         #: dataclass costs more than finding it (decisions are immutable, so traces may share one).
         self._decisions: dict[tuple[Any, ...], TraceDecision] = {}
+        #: What each combination of votes decides (:meth:`_combine`): few combinations recur.
+        self._combined: dict[tuple[Vote, ...], tuple[bool, tuple[str, ...], bool, float, float, bool]] = {}
 
     def attribute_keys(self) -> frozenset[str]:
         """Every span/resource attribute key some policy reads."""
         return frozenset().union(*(policy.attribute_keys() for policy in self.policies))
 
-    def decide(self, trace: TraceView, now: float) -> tuple[TraceDecision, list[Vote]]:
+    def decide(self, trace: TraceView, now: float) -> tuple[TraceDecision, tuple[Vote, ...]]:
         """Evaluate every policy on ``trace``; return the decision and each policy's vote (config order)."""
-        votes = [policy.evaluate(trace, now) for policy in self.policies]
+        votes = tuple([policy.evaluate(trace, now) for policy in self.policies])
+        combined = self._combined.get(votes)
+        if combined is None:
+            if len(self._combined) >= _MAX_DECISIONS:
+                self._combined.clear()
+            combined = self._combined[votes] = self._combine(votes)
+        kept, matched, baseline, no_drop, hit, slice_only = combined
+        head = trace.head_probability
+        pi = head * no_drop * hit
+        fields = (kept, matched, baseline, pi, head, slice_only)
+        if not pi:  # 0.0 and -0.0 are equal keys but not the same figure
+            return TraceDecision(*fields), votes
+        decision = self._decisions.get(fields)
+        if decision is None:
+            if len(self._decisions) >= _MAX_DECISIONS:
+                self._decisions.clear()
+            decision = self._decisions[fields] = TraceDecision(*fields)
+        return decision, votes
+
+    def _combine(self, votes: Sequence[Vote]) -> tuple[bool, tuple[str, ...], bool, float, float, bool]:
+        """What the votes decide: ``(kept, matched policies, baseline, P(no drop), P(some sample vote),
+        slice only)``; pi is ``head_probability * P(no drop) * P(some sample vote)``."""
         matched: list[str] = []
         dropped = sampled = baseline = other_sample = False
         no_drop = 1.0
@@ -107,18 +130,8 @@ class PolicySet:
                 slices[group] = probability
         for ratio in slices:
             hit += (1.0 - hit) * ratio
-        head = trace.head_probability
         kept = sampled and not dropped
-        pi = head * no_drop * hit
-        fields = (kept, tuple(matched), baseline, pi, head, kept and not other_sample)
-        if not pi:  # 0.0 and -0.0 are equal keys but not the same figure
-            return TraceDecision(*fields), votes
-        decision = self._decisions.get(fields)
-        if decision is None:
-            if len(self._decisions) >= _MAX_DECISIONS:
-                self._decisions.clear()
-            decision = self._decisions[fields] = TraceDecision(*fields)
-        return decision, votes
+        return kept, tuple(matched), baseline, no_drop, hit, kept and not other_sample
 
 
 _SAMPLE, _DROP, _SLICE = 0, 1, 2

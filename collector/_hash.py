@@ -27,10 +27,14 @@ DEFAULT_HASH_SALT: Final = "default-hash-seed"
 
 
 def fnv1a_64(data: bytes, state: int = FNV_OFFSET_BASIS) -> int:
-    """64-bit FNV-1a of ``data``, continuing from ``state`` (the offset basis for a fresh hash)."""
+    """64-bit FNV-1a of ``data``, continuing from ``state`` (the offset basis for a fresh hash).
+
+    Reduced modulo 2**64 once at the end, not after every byte: the low 64 bits of a product and of an
+    xor with a byte depend only on the low 64 bits of their operands, so the result is the same.
+    """
     for byte in data:
-        state = ((state ^ byte) * FNV_PRIME) & MAX_UINT64
-    return state
+        state = (state ^ byte) * FNV_PRIME
+    return state & MAX_UINT64
 
 
 def sampling_threshold(ratio: float) -> int:
@@ -87,4 +91,4 @@ class TraceIdSampler:
         return fnv1a_64(trace_id, self._salted_state)
 
     def sampled(self, trace_id: bytes) -> bool:
-        return self.hash(trace_id) <= self.threshold
+        return fnv1a_64(trace_id, self._salted_state) <= self.threshold

@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 from tailcut.collector._confignode import Node
 from tailcut.collector._hash import TraceIdSampler
 from tailcut.collector._ratewindow import AcceptanceWindow
-from tailcut.collector._votes import SAMPLED_FOR_SURE, Decision, TraceView, Vote, certain
+from tailcut.collector._votes import (
+    NOT_SAMPLED_FOR_SURE,
+    SAMPLED_FOR_SURE,
+    Decision,
+    TraceView,
+    Vote,
+    certain,
+)
 
 _STATUS_CODES = {"UNSET": 0, "OK": 1, "ERROR": 2}
 _NUMBERS = (int, float)  # exact types: a bool is not a number here
@@ -108,7 +115,7 @@ class Latency(Policy):
     def evaluate(self, trace: TraceView, now: float) -> Vote:
         duration = trace.duration_ms
         if self.upper_threshold_ms == 0:
-            return certain(duration > self.threshold_ms)
+            return SAMPLED_FOR_SURE if duration > self.threshold_ms else NOT_SAMPLED_FOR_SURE
         return certain(self.threshold_ms < duration <= self.upper_threshold_ms)
 
     @property
@@ -137,7 +144,7 @@ class StatusCode(Policy):
         return cls(name, [item.as_choice(_STATUS_CODES) for item in items])
 
     def evaluate(self, trace: TraceView, now: float) -> Vote:
-        return certain(bool(self.mask & trace.status_mask))
+        return SAMPLED_FOR_SURE if self.mask & trace.status_mask else NOT_SAMPLED_FOR_SURE
 
     @property
     def description(self) -> str:
@@ -358,6 +365,8 @@ class Probabilistic(Policy):
         super().__init__(name)
         self.sampling_percentage = sampling_percentage
         self.sampler = TraceIdSampler(sampling_percentage, hash_salt)
+        self._sampled = Vote(Decision.SAMPLED, self.sampler.ratio)
+        self._not_sampled = Vote(Decision.NOT_SAMPLED, self.sampler.ratio)
 
     @classmethod
     def from_config(cls, name: str, block: Node) -> Probabilistic:
@@ -375,8 +384,7 @@ class Probabilistic(Policy):
         return self.sampler.ratio
 
     def evaluate(self, trace: TraceView, now: float) -> Vote:
-        sampled = self.sampler.sampled(trace.trace_id)
-        return Vote(Decision.SAMPLED if sampled else Decision.NOT_SAMPLED, self.sampler.ratio)
+        return self._sampled if self.sampler.sampled(trace.trace_id) else self._not_sampled
 
     @property
     def description(self) -> str:

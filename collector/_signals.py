@@ -154,7 +154,27 @@ class TraceTally:
 def tree_shape(parents: dict[bytes, bytes]) -> tuple[int, int]:
     """The deepest span's depth and the orphan count of spans given as ``span id -> parent id`` in arrival
     order, by the rules of :func:`tailcut.signals.trace_signals` (a root, an orphan or a span that is its
-    own parent is at depth 0; a cycle is counted from where it is entered)."""
+    own parent is at depth 0; a cycle is counted from where it is entered).
+
+    Most traces are a root and its children: one pass finds that (every parent at depth 0) and stops
+    there; a deeper tree is walked by :func:`_walked_tree_shape`.
+    """
+    deepest = orphans = 0
+    for span_id, parent_id in parents.items():
+        if not parent_id:
+            continue
+        above = parents.get(parent_id)
+        if above is None or parent_id == span_id:
+            orphans += 1
+        elif above and above != parent_id and above in parents:
+            return _walked_tree_shape(parents)  # the parent is not at depth 0
+        else:
+            deepest = 1
+    return deepest, orphans
+
+
+def _walked_tree_shape(parents: dict[bytes, bytes]) -> tuple[int, int]:
+    """:func:`tree_shape` of any tree, each span's depth found by walking up its chain of parents."""
     depths: dict[bytes, int] = {}
     deepest = orphans = 0
     for span_id, parent_id in parents.items():

@@ -218,7 +218,14 @@ class WriteAheadLog:
         buffers: list[Buffer] = []
         small = bytearray()  # headers and small payloads, gathered into one buffer
         size = 0
+        pack = _HEADER.pack
         for kind, payload in records:
+            if type(payload) is bytes and len(payload) < _GATHER_MIN:  # most records: copied together
+                length = len(payload)
+                small += pack(length, crc32(payload, _KIND_CRC[kind]), kind)
+                small += payload
+                size += _HEADER.size + length
+                continue
             parts = (payload,) if isinstance(payload, bytes | bytearray | memoryview) else payload
             length = sum(len(part) for part in parts)
             if length >= _MAX_RECORD:
@@ -226,7 +233,7 @@ class WriteAheadLog:
             checksum = _KIND_CRC[kind]
             for part in parts:
                 checksum = crc32(part, checksum)
-            small += _HEADER.pack(length, checksum, kind)
+            small += pack(length, checksum, kind)
             for part in parts:
                 if len(part) < _GATHER_MIN or len(buffers) >= _MAX_BUFFERS:
                     small += part
