@@ -54,6 +54,7 @@ ROOT_KEYS: Final = {
     "prompt_version": attr.PROMPT_VERSION,
     **ID_KEYS,
 }
+_ROOT_ITEMS: Final = tuple(ROOT_KEYS.items())
 _new = tuple.__new__
 _KIND: Final = attr.KIND
 _INPUT_TOKENS: Final = attr.GEN_AI_USAGE_INPUT_TOKENS
@@ -61,6 +62,10 @@ _OUTPUT_TOKENS: Final = attr.GEN_AI_USAGE_OUTPUT_TOKENS
 _SCHEMA_VIOLATIONS: Final = attr.SCHEMA_VIOLATIONS
 _ATTEMPT: Final = attr.ATTEMPT
 _INT_TAG: Final = b"\x18"  # AnyValue.int_value
+_FIRST_ATTEMPT: Final = b"\x18\x01"  # an attempt of 1, as encoders write it
+_MODEL: Final = _MODEL_KEYS[0]
+_TOOL_NAME: Final = _TOOL_NAME_KEYS[0]
+_TOOL_ARGUMENTS: Final = _TOOL_ARGUMENT_KEYS[0]
 
 
 class SpanRecord(NamedTuple):
@@ -127,13 +132,20 @@ def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> Sp
 
 
 def llm_record(span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
-    """The record of an ``llm`` span: its token counts, schema violations and model."""
-    raw = attributes.get(_INPUT_TOKENS)
+    """The record of an ``llm`` span: its token counts, schema violations and model.
+
+    Each value is looked up under its usual key first, then under every key it may have.
+    """
+    get = attributes.get
+    raw = get(_INPUT_TOKENS)
     input_tokens = any_int(raw if raw is not None else _first(attributes, _INPUT_TOKEN_KEYS))
-    raw = attributes.get(_OUTPUT_TOKENS)
+    raw = get(_OUTPUT_TOKENS)
     output_tokens = any_int(raw if raw is not None else _first(attributes, _OUTPUT_TOKEN_KEYS))
-    violations = any_int(attributes.get(_SCHEMA_VIOLATIONS))
-    model = _first(attributes, _MODEL_KEYS)
+    raw = get(_SCHEMA_VIOLATIONS)
+    violations = 0 if raw is None else any_int(raw)
+    model = get(_MODEL)
+    if model is None:
+        model = _first(attributes, _MODEL_KEYS)
     return _new(
         SpanRecord, (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, model)
     )
@@ -144,10 +156,17 @@ def tool_key(span: Any, attributes: Any) -> bytes | None:
 
     A non-integer ``tailcut.attempt`` counts as absent.
     """
-    attempt = attributes.get(_ATTEMPT)
-    if attempt is None or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
-        tool = _first(attributes, _TOOL_NAME_KEYS) or span.name
-        arguments = _first(attributes, _TOOL_ARGUMENT_KEYS) or b""
+    get = attributes.get
+    attempt = get(_ATTEMPT)
+    if attempt is None or attempt == _FIRST_ATTEMPT or attempt[:1] != _INT_TAG or any_int(attempt) == 1:
+        tool = get(_TOOL_NAME)
+        if tool is None:
+            tool = _first(attributes, _TOOL_NAME_KEYS)
+        arguments = get(_TOOL_ARGUMENTS)
+        if arguments is None:
+            arguments = _first(attributes, _TOOL_ARGUMENT_KEYS)
+        tool = tool or span.name
+        arguments = arguments or b""
         # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy.
         return blake2b(len(tool).to_bytes(4, "little") + tool + arguments, digest_size=16).digest()
     return None
@@ -190,9 +209,10 @@ def trace_cost_usd(records: Sequence[SpanRecord], pricing: Pricing | None = None
 def root_facts(span: Any) -> RootFacts:
     """The root span's name and the attributes the ``traces`` row copies."""
     attributes = span.attributes
+    get = attributes.get
     values: dict[str, Any] = {}
-    for column, key in ROOT_KEYS.items():
-        raw = attributes.get(key)
+    for column, key in _ROOT_ITEMS:
+        raw = get(key)
         if raw is not None:
             values[column] = any_value(raw)
     agent = _first(attributes, _AGENT_NAME_KEYS)

@@ -187,9 +187,13 @@ def any_value(raw: bytes) -> Any:
         return None
     tag = raw[0]
     if tag == _STRING_TAG:
+        if len(raw) > 1 and raw[1] < 0x80:  # a one-byte length: most strings
+            return raw[2 : 2 + raw[1]].decode("utf-8", "replace")
         length, start = read_varint(raw, 1)
         return raw[start : start + length].decode("utf-8", "replace")
     if tag == _INT_TAG:
+        if len(raw) == 2 and raw[1] < 0x80:  # a one-byte varint: 0 to 127
+            return raw[1]
         value, _ = read_varint(raw, 1)
         return value - (1 << 64) if value >= 1 << 63 else value
     if tag == _DOUBLE_TAG and len(raw) >= 9:

@@ -504,6 +504,9 @@ class Processor:
         touched = self._touched
         accepted = rejected = new_traces = 0
         late: dict[bytes, list[tuple[bytes, Origin]]] = {}
+        # Spans of a trace mostly come one after another: the pending trace of the previous span, if any.
+        last_id: bytes | None = None
+        trace: PendingTrace | None = None
         for resource, scope, pairs in scopes:
             origin = self._origin(resource, scope)
             for data, span in pairs:
@@ -520,14 +523,18 @@ class Processor:
                     rejected += 1
                     continue
                 accepted += 1
-                trace = pending_get(trace_id)
-                if trace is None:
-                    if trace_id in open_rows or self._cached(trace_id):
-                        late.setdefault(trace_id, []).append((data, origin))
-                        continue
-                    trace = buffer.create(trace_id, now)
-                    new_traces += 1
-                touched[trace_id] = trace.hold
+                if trace_id != last_id:
+                    trace = pending_get(trace_id)
+                    if trace is None:
+                        if trace_id in open_rows or self._cached(trace_id):
+                            late.setdefault(trace_id, []).append((data, origin))
+                            last_id = None
+                            continue
+                        trace = buffer.create(trace_id, now)
+                        new_traces += 1
+                    touched[trace_id] = trace.hold
+                    last_id = trace_id
+                assert trace is not None
                 attributes = span.attributes
                 kind = trace.tally.add(span, attributes, span_id, parent)
                 if not parent:
@@ -545,6 +552,7 @@ class Processor:
                 if len(trace.datas) >= max_spans and not replaying:
                     buffer.remove(trace)
                     self._decide(trace, "max_spans", now)
+                    last_id = None
         if accepted:
             self.last_span_at = now
         for trace_id, spans in late.items():
