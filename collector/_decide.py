@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tailcut.collector._combinators import Drop
 from tailcut.collector._policies import Policy, Probabilistic
@@ -49,6 +49,20 @@ class TraceDecision:
         """Whether a policy voted to drop the trace: a trace not kept names a policy only then (every
         sample and drop vote is recorded, and a drop vote wins), so no vote needs looking at again."""
         return not self.kept and bool(self.policies)
+
+
+class Verdict(NamedTuple):
+    """What :meth:`PolicySet.decide` found for one trace."""
+
+    decision: TraceDecision
+    #: Each top-level policy's vote, in config order.
+    votes: tuple[Vote, ...]
+    #: ``(policy name, decision value)`` of each vote, as the per-policy decision counter counts them.
+    vote_keys: tuple[tuple[str, str], ...]
+
+
+#: What a combination of votes decides (see :meth:`PolicySet._combine`).
+_Combined = tuple[bool, tuple[str, ...], bool, float, float, bool, tuple[tuple[str, str], ...]]
 
 
 class PolicySet:
@@ -78,36 +92,36 @@ class PolicySet:
         #: dataclass costs more than finding it (decisions are immutable, so traces may share one).
         self._decisions: dict[tuple[Any, ...], TraceDecision] = {}
         #: What each combination of votes decides (:meth:`_combine`): few combinations recur.
-        self._combined: dict[tuple[Vote, ...], tuple[bool, tuple[str, ...], bool, float, float, bool]] = {}
+        self._combined: dict[tuple[Vote, ...], _Combined] = {}
 
     def attribute_keys(self) -> frozenset[str]:
         """Every span/resource attribute key some policy reads."""
         return frozenset().union(*(policy.attribute_keys() for policy in self.policies))
 
-    def decide(self, trace: TraceView, now: float) -> tuple[TraceDecision, tuple[Vote, ...]]:
-        """Evaluate every policy on ``trace``; return the decision and each policy's vote (config order)."""
+    def decide(self, trace: TraceView, now: float) -> Verdict:
+        """Evaluate every policy on ``trace``: the decision and each policy's vote (config order)."""
         votes = tuple([policy.evaluate(trace, now) for policy in self.policies])
         combined = self._combined.get(votes)
         if combined is None:
             if len(self._combined) >= _MAX_DECISIONS:
                 self._combined.clear()
             combined = self._combined[votes] = self._combine(votes)
-        kept, matched, baseline, no_drop, hit, slice_only = combined
+        kept, matched, baseline, no_drop, hit, slice_only, vote_keys = combined
         head = trace.head_probability
         pi = head * no_drop * hit
         fields = (kept, matched, baseline, pi, head, slice_only)
         if not pi:  # 0.0 and -0.0 are equal keys but not the same figure
-            return TraceDecision(*fields), votes
+            return Verdict(TraceDecision(*fields), votes, vote_keys)
         decision = self._decisions.get(fields)
         if decision is None:
             if len(self._decisions) >= _MAX_DECISIONS:
                 self._decisions.clear()
             decision = self._decisions[fields] = TraceDecision(*fields)
-        return decision, votes
+        return Verdict(decision, votes, vote_keys)
 
-    def _combine(self, votes: Sequence[Vote]) -> tuple[bool, tuple[str, ...], bool, float, float, bool]:
+    def _combine(self, votes: Sequence[Vote]) -> _Combined:
         """What the votes decide: ``(kept, matched policies, baseline, P(no drop), P(some sample vote),
-        slice only)``; pi is ``head_probability * P(no drop) * P(some sample vote)``."""
+        slice only, vote keys)``; pi is ``head_probability * P(no drop) * P(some sample vote)``."""
         matched: list[str] = []
         dropped = sampled = baseline = other_sample = False
         no_drop = 1.0
@@ -131,7 +145,10 @@ class PolicySet:
         for ratio in slices:
             hit += (1.0 - hit) * ratio
         kept = sampled and not dropped
-        return kept, tuple(matched), baseline, no_drop, hit, kept and not other_sample
+        vote_keys = tuple(
+            (policy.name, vote.decision.value) for policy, vote in zip(self.policies, votes, strict=True)
+        )
+        return kept, tuple(matched), baseline, no_drop, hit, kept and not other_sample, vote_keys
 
 
 _SAMPLE, _DROP, _SLICE = 0, 1, 2

@@ -55,6 +55,7 @@ ROOT_KEYS: Final = {
     **ID_KEYS,
 }
 _ROOT_ITEMS: Final = tuple(ROOT_KEYS.items())
+_TOOL_HASH: Final = blake2b(digest_size=16)
 _new = tuple.__new__
 _KIND: Final = attr.KIND
 _INPUT_TOKENS: Final = attr.GEN_AI_USAGE_INPUT_TOKENS
@@ -167,8 +168,11 @@ def tool_key(span: Any, attributes: Any) -> bytes | None:
             arguments = _first(attributes, _TOOL_ARGUMENT_KEYS)
         tool = tool or span.name
         arguments = arguments or b""
-        # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy.
-        return blake2b(len(tool).to_bytes(4, "little") + tool + arguments, digest_size=16).digest()
+        # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy
+        # (a copy of an empty hash: cheaper than parsing blake2b's keyword arguments for each span).
+        digest = _TOOL_HASH.copy()
+        digest.update(len(tool).to_bytes(4, "little") + tool + arguments)
+        return digest.digest()
     return None
 
 

@@ -152,7 +152,7 @@ def _repetition(rng: random.Random) -> dict[str, bool]:
             continue
         seen += 1
         view = TraceView(trace_id, 2, 0, 1, 1 << 2 if caught else 1, {}, probability(head_threshold))
-        decision, _ = TAIL.decide(view, 0.0)
+        decision, _, _ = TAIL.decide(view, 0.0)
         if decision.kept:
             pis.append(decision.inclusion_probability / decision.head_probability)
             baseline.append(decision.baseline)

@@ -281,7 +281,7 @@ def in_slice(percentage: float, member: bool, salt: str = "") -> bytes:
 
 
 def test_every_matching_policy_is_recorded_and_deterministic_match_has_pi_one():
-    decided, votes = policies(DEFAULTISH).decide(
+    decided, votes, _ = policies(DEFAULTISH).decide(
         trace(status=ERROR, tailcut__trace__max_tool_repeat=4, trace_id=in_slice(5, True)), 0
     )
     assert decided.kept
@@ -292,14 +292,14 @@ def test_every_matching_policy_is_recorded_and_deterministic_match_has_pi_one():
 
 
 def test_baseline_only_has_pi_p():
-    decided, _ = policies(DEFAULTISH).decide(trace(trace_id=in_slice(5, True)), 0)
+    decided, _, _ = policies(DEFAULTISH).decide(trace(trace_id=in_slice(5, True)), 0)
     assert (decided.kept, decided.policies, decided.baseline, decided.inclusion_probability) == (
         True,
         ("baseline",),
         True,
         0.05,
     )
-    dropped, _ = policies(DEFAULTISH).decide(trace(trace_id=in_slice(5, False)), 0)
+    dropped, _, _ = policies(DEFAULTISH).decide(trace(trace_id=in_slice(5, False)), 0)
     assert (dropped.kept, dropped.policies, dropped.baseline, dropped.inclusion_probability) == (
         False,
         (),
@@ -318,12 +318,12 @@ def test_a_decision_is_dropped_exactly_when_a_policy_voted_to_drop(status, repea
     view = trace(
         status=status, tailcut__trace__max_tool_repeat=repeat, route=route, trace_id=in_slice(5, member)
     )
-    decided, votes = policies(DEFAULTISH).decide(view, 0)
+    decided, votes, _ = policies(DEFAULTISH).decide(view, 0)
     assert decided.dropped == any(vote.decision is DROPPED for vote in votes)
 
 
 def test_drop_wins_over_sample_votes():
-    decided, _ = policies(DEFAULTISH).decide(
+    decided, _, _ = policies(DEFAULTISH).decide(
         trace(status=ERROR, route="/health", trace_id=in_slice(5, True)), 0
     )
     assert not decided.kept
@@ -361,7 +361,7 @@ def test_decision_rules_hold_for_any_trace(error, repeat, health, seed):
         route="/health" if health else "/orders",
         trace_id=random.Random(seed).randbytes(16),
     )
-    decided, _ = policies(DEFAULTISH).decide(view, 0)
+    decided, _, _ = policies(DEFAULTISH).decide(view, 0)
     deterministic = error or repeat >= 3
     assert decided.kept == ((deterministic or decided.baseline) and not health)
     if health:
