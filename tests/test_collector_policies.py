@@ -371,3 +371,31 @@ def test_decision_rules_hold_for_any_trace(error, repeat, health, seed):
     else:
         assert decided.inclusion_probability == 0.05
     assert decided.kept <= (decided.inclusion_probability > 0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([UNSET, OK, ERROR, OK | ERROR]),
+            st.integers(0, 5),
+            st.sampled_from(["/health", "/run"]),
+            st.sampled_from([1.0, 0.5, 0.0, -0.0]),
+            st.binary(min_size=16, max_size=16),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_a_remembered_vote_combination_decides_as_a_fresh_policy_set(traces):
+    """A policy set deciding trace after trace (remembering combinations of votes) decides as new ones."""
+    remembering = policies(DEFAULTISH)
+    for status, repeat, route, head, trace_id in traces:
+        view = trace(status=status, tailcut__trace__max_tool_repeat=repeat, route=route, trace_id=trace_id)
+        view.head_probability = head
+        verdict, fresh = remembering.decide(view, 0.0), policies(DEFAULTISH).decide(view, 0.0)
+        assert verdict == fresh
+        assert str(verdict.decision.inclusion_probability) == str(fresh.decision.inclusion_probability)
+        assert verdict.vote_keys == tuple(
+            (policy.name, vote.decision.value)
+            for policy, vote in zip(remembering.policies, verdict.votes, strict=True)
+        )

@@ -24,7 +24,7 @@ from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._otlp import encode_string_value
 from tailcut.collector._processor import Processor
 from tailcut.collector._rows import TraceRow
-from tailcut.collector._signals import scratch_signals, tally_of
+from tailcut.collector._signals import _walked_tree_shape, scratch_signals, tally_of, tree_shape
 from tailcut.collector._sink import Sink
 from tailcut.exporters._pricing import default_pricing
 from tests.test_collector_helpers import write_config
@@ -180,3 +180,17 @@ def test_a_model_call_is_priced_as_the_writers_price_it(model, input_tokens, out
     cost = model_pricer(pricing)
     cost(raw, 1, 1)
     assert cost(raw, input_tokens, output_tokens) == expected  # remembered price, same figure
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 7), st.sampled_from([None, *range(8), 99])),
+        max_size=10,
+        unique_by=lambda pair: pair[0],
+    )
+)
+def test_the_one_pass_tree_shape_is_the_walked_one(links):
+    """Span id -> parent id maps of any shape (roots, orphans, own parents, chains, cycles)."""
+    parents = {bytes([i]) * 8: b"" if parent is None else bytes([parent]) * 8 for i, parent in links}
+    assert tree_shape(parents) == _walked_tree_shape(parents)
