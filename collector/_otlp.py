@@ -199,7 +199,7 @@ def any_value(raw: bytes) -> Any:
     if tag == _DOUBLE_TAG and len(raw) >= 9:
         return _DOUBLE.unpack_from(raw, 1)[0]
     if tag == _BOOL_TAG and len(raw) >= 2:
-        return raw[1] != 0
+        return raw[1] != 0 if raw[1] < 0x80 else read_varint(raw, 1)[0] != 0  # a padded varint: read it
     return None
 
 

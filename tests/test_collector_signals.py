@@ -11,10 +11,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tailcut.collector._facts import model_pricer, root_facts
-from tailcut.collector._otlp import SpanFacts
+from tailcut.collector._otlp import SpanFacts, any_value
 from tailcut.collector._signals import tally_of
 from tailcut.exporters import compute_signals as reference_signals
 from tailcut.exporters import facts_from_otlp
+from tests.test_exporters_wire import encoded_any_value
 
 TRACE_ID = bytes(range(1, 17))
 ARGUMENTS = ['{"q":"refund"}', '{"q":"order 7"}', '{"id":3}']
@@ -294,3 +295,15 @@ def test_traces_row_agrees_with_the_exporters_row(tmp_path):
     ):
         assert mine[column] == expected[column], column
     assert mine["start_time"].timestamp() * 1e9 == pytest.approx(expected["start_time"], abs=1000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(encoded_any_value())
+def test_an_attribute_value_decodes_as_the_protobuf_runtime_decodes_it(raw):
+    """Short and long strings, small and large integers, with minimal or padded varints."""
+    value = AnyValue.FromString(raw)
+    kind = value.WhichOneof("value")
+    expected = (
+        getattr(value, kind) if kind in ("string_value", "int_value", "double_value", "bool_value") else None
+    )
+    assert any_value(raw) == expected
