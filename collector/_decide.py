@@ -62,7 +62,10 @@ class Verdict(NamedTuple):
 
 
 #: What a combination of votes decides (see :meth:`PolicySet._combine`).
-_Combined = tuple[bool, tuple[str, ...], bool, float, float, bool, tuple[tuple[str, str], ...]]
+_Combined = tuple[
+    bool, tuple[str, ...], bool, float, float, bool, tuple[tuple[str, str], ...], TraceDecision | None
+]
+_new = tuple.__new__
 
 
 class PolicySet:
@@ -106,22 +109,25 @@ class PolicySet:
             if len(self._combined) >= _MAX_DECISIONS:
                 self._combined.clear()
             combined = self._combined[votes] = self._combine(votes)
-        kept, matched, baseline, no_drop, hit, slice_only, vote_keys = combined
+        kept, matched, baseline, no_drop, hit, slice_only, vote_keys, unsampled = combined
         head = trace.head_probability
+        if head == 1.0 and unsampled is not None:  # no head sampler upstream: decided already
+            return _new(Verdict, (unsampled, votes, vote_keys))
         pi = head * no_drop * hit
         fields = (kept, matched, baseline, pi, head, slice_only)
         if not pi:  # 0.0 and -0.0 are equal keys but not the same figure
-            return Verdict(TraceDecision(*fields), votes, vote_keys)
+            return _new(Verdict, (TraceDecision(*fields), votes, vote_keys))
         decision = self._decisions.get(fields)
         if decision is None:
             if len(self._decisions) >= _MAX_DECISIONS:
                 self._decisions.clear()
             decision = self._decisions[fields] = TraceDecision(*fields)
-        return Verdict(decision, votes, vote_keys)
+        return _new(Verdict, (decision, votes, vote_keys))
 
     def _combine(self, votes: Sequence[Vote]) -> _Combined:
         """What the votes decide: ``(kept, matched policies, baseline, P(no drop), P(some sample vote),
-        slice only, vote keys)``; pi is ``head_probability * P(no drop) * P(some sample vote)``."""
+        slice only, vote keys, the decision when ``head_probability`` is 1)``; pi is
+        ``head_probability * P(no drop) * P(some sample vote)``."""
         matched: list[str] = []
         dropped = sampled = baseline = other_sample = False
         no_drop = 1.0
@@ -145,10 +151,15 @@ class PolicySet:
         for ratio in slices:
             hit += (1.0 - hit) * ratio
         kept = sampled and not dropped
+        names = tuple(matched)
+        slice_only = kept and not other_sample
+        pi = 1.0 * no_drop * hit
+        # the decision of a trace no head sampler sampled (the usual case), unless pi is 0 (see decide)
+        unsampled = TraceDecision(kept, names, baseline, pi, 1.0, slice_only) if pi else None
         vote_keys = tuple(
             (policy.name, vote.decision.value) for policy, vote in zip(self.policies, votes, strict=True)
         )
-        return kept, tuple(matched), baseline, no_drop, hit, kept and not other_sample, vote_keys
+        return kept, names, baseline, no_drop, hit, slice_only, vote_keys, unsampled
 
 
 _SAMPLE, _DROP, _SLICE = 0, 1, 2

@@ -45,6 +45,7 @@ _TOOL_NAME_KEYS: Final = (
     names.TRACELOOP_ENTITY_NAME,
 )
 _AGENT_NAME_KEYS: Final = (attr.GEN_AI_AGENT_NAME, names.OI_AGENT_NAME)
+_AGENT_SPAN_NAME_KEYS: Final = (*_AGENT_NAME_KEYS, names.TRACELOOP_ENTITY_NAME)
 #: Root-span attributes copied into the ``traces`` row.
 ROOT_KEYS: Final = {
     "outcome": attr.OUTCOME,
@@ -210,9 +211,8 @@ def trace_cost_usd(records: Sequence[SpanRecord], pricing: Pricing | None = None
     return trace_cost(records, lambda record: cost(record.model, record.input_tokens, record.output_tokens))
 
 
-def root_facts(span: Any) -> RootFacts:
-    """The root span's name and the attributes the ``traces`` row copies."""
-    attributes = span.attributes
+def root_facts(span: Any, attributes: Any) -> RootFacts:
+    """The root span's name and the attributes the ``traces`` row copies (``attributes``: its map)."""
     get = attributes.get
     values: dict[str, Any] = {}
     for column, key in _ROOT_ITEMS:
@@ -222,11 +222,11 @@ def root_facts(span: Any) -> RootFacts:
     agent = _first(attributes, _AGENT_NAME_KEYS)
     if agent is not None:
         values["agent_name"] = any_value(agent)
-    return RootFacts(span.name.decode("utf-8", "replace"), values)
+    return _new(RootFacts, (span.name.decode("utf-8", "replace"), values))
 
 
-def agent_name(span: Any) -> str | None:
-    """The agent name an ``agent`` span declares, if any."""
-    raw = _first(span.attributes, (*_AGENT_NAME_KEYS, names.TRACELOOP_ENTITY_NAME))
+def agent_name(attributes: Any) -> str | None:
+    """The agent name an ``agent`` span declares, if any (``attributes``: the span's map)."""
+    raw = _first(attributes, _AGENT_SPAN_NAME_KEYS)
     value = any_value(raw) if raw is not None else None
     return value if isinstance(value, str) else None

@@ -537,9 +537,9 @@ class Processor:
                 kind = trace.tally.add(span, attributes, span_id, parent)
                 if not parent:
                     if trace.root is None:
-                        trace.root = root_facts(span)
+                        trace.root = root_facts(span, attributes)
                 elif kind == "agent" and trace.agent_name is None:
-                    trace.agent_name = agent_name(span)
+                    trace.agent_name = agent_name(attributes)
                 if span_keys:
                     values = trace.values
                     for key in span_keys:

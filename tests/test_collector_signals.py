@@ -209,7 +209,8 @@ def test_root_facts_carry_the_run():
             KeyValue(key="tailcut.outcome.score", value=AnyValue(double_value=0.25)),
         ],
     )
-    facts = root_facts(SpanFacts.FromString(root.SerializeToString()))
+    span = SpanFacts.FromString(root.SerializeToString())
+    facts = root_facts(span, span.attributes)
     assert facts.name == "support-agent"
     assert facts.values == {
         "outcome": "fail",
