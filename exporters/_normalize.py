@@ -135,6 +135,8 @@ class _Columns:
         self.position = np.empty(len(order), dtype=np.int64)
         self.position[order] = np.arange(len(order))
         self.consumed = np.zeros(len(a), dtype=bool)
+        #: Row of an ``OTHER`` value a ``strs`` source accepted -> ``(the string it gives, whole)``.
+        self._strings: dict[int, tuple[Any, bool]] = {}
 
     def _fits(self, rows: np.ndarray, source: Source, column: str) -> np.ndarray:
         a = self.a
@@ -148,7 +150,11 @@ class _Columns:
             ok = vtype == STR
             if source.type == "strs":  # also an array of strings (its first element is the value)
                 for i in np.flatnonzero(present & (vtype == OTHER)).tolist():
-                    ok[i] = source_value(a.others[int(rows[i])], source)[0] is not None
+                    row = int(rows[i])
+                    picked = source_value(a.others[row], source)
+                    ok[i] = picked[0] is not None
+                    if ok[i]:
+                        self._strings[row] = picked
         ok &= present
         if source.kind is not None:
             ok &= self.kind == _KIND_CODE[source.kind]
@@ -167,7 +173,7 @@ class _Columns:
         self.consumed[used] = True
         for row in used[self.a.vtype[used] == OTHER].tolist():
             # An array of strings gives its first element: consumed only when that is all of it.
-            self.consumed[row] = len(self.a.others[row]) == 1
+            self.consumed[row] = self._strings[row][1]
         return chosen
 
     def texts(self, columns: Sequence[str]) -> dict[str, _Text]:
@@ -183,7 +189,7 @@ class _Columns:
         for i, column in enumerate(columns):
             text = texts[column] = _Text(gathered.slice(i * count, count), self.position)
             for span in np.flatnonzero(is_array[i]).tolist():
-                text[span] = self.a.others[int(rows[i][span])][0]
+                text[span] = self._strings[int(rows[i][span])][0]
         return texts
 
     def integers(self, column: str) -> np.ma.MaskedArray:

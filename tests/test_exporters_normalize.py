@@ -507,3 +507,19 @@ def test_spans_with_all_zero_or_missing_ids_are_bad_spans() -> None:
 def test_a_corrupt_resource_or_scope_in_request_bytes_is_bad_input(encoded: bytes, what: str) -> None:
     with pytest.raises(BadOtlpInput, match=f"^{what} is not valid protobuf"):
         normalize_otlp(encoded)
+
+
+def test_a_string_finish_reason_the_array_readers_leave_to_the_runtime_is_read_whole() -> None:
+    """An attribute the array readers cannot place (here: an unknown field after its value) is decoded
+    by the protobuf runtime; a plain string there still fills ``finish_reason`` whole, not by its first
+    character, and leaves the map, as it does from the Python decoder."""
+    (record,) = json_records(_document(1))
+    record = record._replace(attributes={"tailcut.kind": "llm", "gen_ai.response.finish_reasons": "stop"})
+    (message,) = to_protobuf([record])
+    span = message.scope_spans[0].spans[0]
+    unusual = KeyValue.FromString(span.attributes[1].SerializeToString() + b"\x7a\x01x")  # + field 15
+    del span.attributes[1]
+    span.attributes.append(unusual)
+    table = normalize_otlp([message])
+    assert table.column("finish_reason").to_pylist() == ["stop"]
+    assert table.equals(normalize(DecodedSpans.from_records([record])))
