@@ -420,39 +420,50 @@ def _link(raw: bytes) -> SpanLink:
     return SpanLink(link.trace_id.hex(), link.span_id.hex(), key_values(link.attributes))
 
 
-def _scan(data: bytes, start: int, end: int, what: str) -> list[tuple[int, int, int]]:
-    """``(field number, start, end)`` of each length-delimited field of one message, in order.
+def _scan(data: bytes, start: int, end: int, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(field numbers, starts, ends)`` of the length-delimited fields of one message, in order.
 
     Used for the few containers with many fields (a ``ScopeSpans`` holds thousands of spans), where the
-    lockstep walk of :func:`fields` would take one step per span. The loop is written out, with the
-    common one- and two-byte lengths first, because it runs once per span.
+    lockstep walk of :func:`fields` would take one step per span. The loop runs once per field, so it
+    does the least it can: for the common field (a one-byte tag and a length of one or two bytes) it
+    records only where the field starts, and the numbers and bounds of all those are read afterwards
+    with array arithmetic; any other field is read in full by :func:`_skip_field`.
     """
-    found: list[tuple[int, int, int]] = []
-    add = found.append
+    heads: list[int] = []  # where each common field's tag is
+    add = heads.append
+    rare: list[tuple[int, int, int, int]] = []  # (index among the fields, number, start, end)
     pos = start
     try:
         while pos < end:
             tag = data[pos]
             if tag & 0x80 or tag & 7 != 2:  # a long tag or another wire type: the general path
-                pos = _skip_field(data, pos, add, what)
+                pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
                 continue
             byte = data[pos + 1]
             if byte < 0x80:
-                pos += 2
-                length = byte
+                add(pos)
+                pos += 2 + byte
             elif data[pos + 2] < 0x80:
-                length = (byte & 0x7F) | data[pos + 2] << 7
-                pos += 3
+                add(pos)
+                pos += 3 + ((byte & 0x7F) | data[pos + 2] << 7)
             else:
-                pos = _skip_field(data, pos, add, what)
-                continue
-            add((tag >> 3, pos, pos + length))
-            pos += length
+                pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
     except IndexError:
         raise BadOtlpInput(f"{what} is not valid protobuf (truncated)") from None
     if pos != end:
         raise BadOtlpInput(f"{what} is not valid protobuf (a field runs past its end)")
-    return found
+    at = np.array(heads, dtype=np.int64)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    first, second = raw[at + 1].astype(np.int64), raw[at + 2].astype(np.int64)
+    long = first >= 0x80
+    starts = at + 2 + long
+    lengths = np.where(long, (first & 0x7F) | second << 7, first)
+    bounds = (raw[at].astype(np.int64) >> 3, starts, starts + lengths)
+    if rare:
+        index = [r[0] for r in rare]
+        bounds = tuple(np.insert(column, index, [r[k] for r in rare]) for k, column in enumerate(bounds, 1))
+    number, field_start, field_end = bounds
+    return number, field_start, field_end
 
 
 def _skip_field(data: bytes, pos: int, add: Callable[[tuple[int, int, int]], None], what: str) -> int:
@@ -484,45 +495,49 @@ def _split(
     if isinstance(resource_spans, bytes | bytearray | memoryview):
         data = b"".join((resource_spans, _PADDING))
         size = len(data) - len(_PADDING)
-        messages = [(s, e) for number, s, e in _scan(data, 0, size, "the OTLP request") if number == 1]
+        number, field_start, field_end = _scan(data, 0, size, "the OTLP request")
+        messages = list(zip(field_start[number == 1].tolist(), field_end[number == 1].tolist(), strict=True))
     else:
         encoded = [m.SerializeToString() for m in resource_spans]
         ends = np.cumsum([len(m) for m in encoded], dtype=np.int64).tolist()
         messages = list(zip([0, *ends[:-1]], ends, strict=True))
         encoded.append(_PADDING)
         data = b"".join(encoded)
-    starts: list[int] = []
-    ends_: list[int] = []
+    span_starts: list[np.ndarray] = []
+    span_ends: list[np.ndarray] = []
     resources: list[ResourceInfo] = []
     per_resource: list[int] = []
     scope_names: list[str | None] = []
     per_scope: list[int] = []
     for message_start, message_end in messages:
-        before_message = len(starts)
         attributes: dict[str, Any] = {}
-        for number, s, e in _scan(data, message_start, message_end, "a ResourceSpans message"):
+        spans = 0
+        outer = _scan(data, message_start, message_end, "a ResourceSpans message")
+        for number, s, e in zip(*(column.tolist() for column in outer), strict=True):
             if number == 1:
                 attributes = key_values(_parse(Resource, data[s:e], "a resource").attributes)
             elif number == 2:
-                before = len(starts)
+                inner, field_start, field_end = _scan(data, s, e, "a ScopeSpans message")
                 scope_name = None
-                for inner, a, b in _scan(data, s, e, "a ScopeSpans message"):
-                    if inner == 2:
-                        starts.append(a)
-                        ends_.append(b)
-                    elif inner == 1:
-                        scope_name = _parse(InstrumentationScope, data[a:b], "a scope").name or None
+                is_scope = inner == 1
+                for a, b in zip(field_start[is_scope].tolist(), field_end[is_scope].tolist(), strict=True):
+                    scope_name = _parse(InstrumentationScope, data[a:b], "a scope").name or None
+                is_span = inner == 2
+                span_starts.append(field_start[is_span])
+                span_ends.append(field_end[is_span])
                 scope_names.append(scope_name)
-                per_scope.append(len(starts) - before)
+                per_scope.append(len(span_starts[-1]))
+                spans += per_scope[-1]
         resources.append(ResourceInfo.of(attributes))
-        per_resource.append(len(starts) - before_message)
+        per_resource.append(spans)
     scopes = pa.array(scope_names, pa.string()).take(
         pa.array(np.repeat(np.arange(len(per_scope)), per_scope))
     )
+    empty = np.zeros(0, dtype=np.int64)
     return (
         data,
-        np.array(starts, dtype=np.int64),
-        np.array(ends_, dtype=np.int64),
+        np.concatenate([empty, *span_starts]),
+        np.concatenate([empty, *span_ends]),
         resources,
         np.repeat(np.arange(len(resources)), per_resource),
         scopes,
