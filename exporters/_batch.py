@@ -207,7 +207,9 @@ def wire_text(views: pa.Array) -> pa.Array:
         If one is not UTF-8 (the protobuf runtime rejects such a string field too).
     """
     try:
-        return views.cast(pa.string())
+        # Through ``binary``: a copy, then a check in place; faster than the direct cast, which does both
+        # at once (pyarrow 26).
+        return views.cast(pa.binary()).cast(pa.string())
     except pa.ArrowInvalid:
         raise BadOtlpInput("a string field of a span is not valid UTF-8") from None
 
