@@ -102,9 +102,13 @@ class Fields(NamedTuple):
     start: np.ndarray  # int64, where a length-delimited or fixed-size field's bytes start
     end: np.ndarray  # int64, and end
 
-    def select(self, number: int) -> Fields:
-        keep = self.number == number
-        return Fields(*(column[keep] for column in self))
+    def select(self, number: int, *, by_message: bool = False) -> Fields:
+        """The fields numbered ``number``; with ``by_message``, each message's together (messages in index
+        order, fields in wire order), as :func:`fields` leaves them step by step."""
+        at = np.flatnonzero(self.number == number)
+        if by_message:
+            at = at[np.argsort(self.owner[at], kind="stable")]
+        return Fields(*(column[at] for column in self))
 
 
 def _varint(data: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -133,7 +137,7 @@ def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> F
     """Parse the top-level fields of every message ``data[start[i]:end[i]]``, all messages in lockstep.
 
     Fields come out step by step (every message's first field, then every second field, ...); use
-    :func:`grouped` to list each message's fields together.
+    ``select(number, by_message=True)`` to list each message's fields together.
 
     Raises
     ------
@@ -179,12 +183,6 @@ def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> F
 def _selection(mask: np.ndarray) -> slice | np.ndarray:
     """Where ``mask`` holds, to index with: everywhere (the usual step) is the free ``slice(None)``."""
     return slice(None) if mask.all() else np.flatnonzero(mask)
-
-
-def grouped(f: Fields) -> Fields:
-    """``f`` with each message's fields together (messages in index order, fields in wire order)."""
-    by_owner = np.argsort(f.owner, kind="stable")
-    return Fields(*(column[by_owner] for column in f))
 
 
 def _words(data: np.ndarray, dtype: str) -> np.ndarray:
@@ -569,9 +567,9 @@ def decode_resource_spans(
     data = np.frombuffer(buffer, dtype=np.uint8)
     found = fields(data, span_start, span_end, "span")
     # Where each singular field of each span is (Span's field numbers are 1..16): one scatter for all.
-    singular = found.number <= 16
+    singular = _selection(found.number <= 16)
     at_field = np.full((count, 17), -1, dtype=np.int64)
-    at_field[found.owner[singular], found.number[singular]] = np.flatnonzero(singular)
+    at_field[found.owner[singular], found.number[singular]] = np.arange(len(found.number))[singular]
 
     def single(number: int, column: np.ndarray) -> np.ndarray:
         """Per span, ``column`` (of ``found``) for its field ``number``; 0 where the span has none."""
@@ -625,7 +623,7 @@ def decode_resource_spans(
         scope_name=scopes,
         events=_rare(data, found.select(11), _event),
         links=_rare(data, found.select(13), _link),
-        attributes=_attributes(buffer, data, grouped(found.select(9))),
+        attributes=_attributes(buffer, data, found.select(9, by_message=True)),
         id_keys=ids,
     )
     return decoded if good.all() else decoded.subset(np.flatnonzero(good))
