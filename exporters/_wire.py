@@ -204,16 +204,16 @@ def _string_views(
     valid string start at byte 4 or later (an OTLP string is nested in at least two messages).
     """
     count = len(start)
-    length = np.where(valid, end - start, 0)
-    views = np.ndarray((len(data) - 15,), dtype="V16", buffer=data, strides=(1,))[
-        np.where(valid, start - 4, 0)
-    ]
+    null_count = int(count - np.count_nonzero(valid))
+    if null_count:
+        length, at = np.where(valid, end - start, 0), np.where(valid, start - 4, 0)
+    else:
+        length, at = end - start, start - 4
+    views = np.ndarray((len(data) - 15,), dtype="V16", buffer=data, strides=(1,))[at]
     views.view("<u8")[:] &= _VIEW_KEEP[np.minimum(length, 13)].view("<u8")
     halves = views.view("<u4").reshape(count, 4)
     halves[:, 0] = length
-    long = np.flatnonzero(length > 12)
-    halves[long, 3] = start[long]
-    null_count = int(count - np.count_nonzero(valid))
+    np.copyto(halves[:, 3], start, casting="unsafe", where=length > 12)
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(
         pa.binary_view(), count, [validity, pa.py_buffer(views), buffer], null_count=null_count
@@ -566,10 +566,11 @@ def decode_resource_spans(
     buffer = pa.py_buffer(joined)
     data = np.frombuffer(buffer, dtype=np.uint8)
     found = fields(data, span_start, span_end, "span")
-    # Where each singular field of each span is (Span's field numbers are 1..16): one scatter for all.
-    singular = _selection(found.number <= 16)
+    # Where each singular field of each span is (Span's field numbers are 1..16): one scatter for all,
+    # leaving out the attributes (field 9, repeated, most of the fields; read by ``select``).
+    singular = np.flatnonzero((found.number <= 16) & (found.number != 9))
     at_field = np.full((count, 17), -1, dtype=np.int64)
-    at_field[found.owner[singular], found.number[singular]] = np.arange(len(found.number))[singular]
+    at_field.reshape(-1)[found.owner[singular] * 17 + found.number[singular]] = singular
 
     def single(number: int, column: np.ndarray) -> np.ndarray:
         """Per span, ``column`` (of ``found``) for its field ``number``; 0 where the span has none."""
