@@ -250,17 +250,19 @@ class _KeyValues(NamedTuple):
 def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, _KeyValues]:
     """``(fits, parts)``: the messages laid out as nearly every attribute is, read with two words each.
 
-    That layout is ``0a LK key 12 LV value`` with one-byte lengths, the value empty, a string of fewer
-    than 128 bytes, an integer or boolean below 128, or a double. ``parts`` holds where ``fits``.
+    That layout is ``0a LK key 12 LV value`` with a one-byte key length and either a one-byte value
+    length, the value empty, a string of fewer than 128 bytes, an integer or boolean below 128, or a
+    double; or a two-byte value length and a string (a payload: ``12 LV LV 0a SL [SL] text``, one more
+    word read). ``parts`` holds where ``fits``.
     """
     words = _words(data, "<u4")
     head = words[start]  # 0a LK, then the key
     key_start = start + 2
     key_end = key_start + ((head >> 8) & 0xFF)
-    fits = ((head & 0x80FF) == 0x0A) & (key_end + 2 <= end)
-    body = words[np.where(fits, key_end, start)]  # 12 LV, then the AnyValue's tag and first byte
+    keyed = ((head & 0x80FF) == 0x0A) & (key_end + 2 <= end)
+    body = words[np.where(keyed, key_end, start)]  # 12 LV, then the AnyValue's tag and first byte
     value_start = key_end + 2
-    fits &= ((body & 0x80FF) == 0x12) & (value_start + ((body >> 8) & 0xFF) == end)
+    fits = keyed & ((body & 0x80FF) == 0x12) & (value_start + ((body >> 8) & 0xFF) == end)
     tag = (body >> 16) & 0xFF
     first = (body >> 24).astype(np.int64)
     vtype = np.where(value_start == end, NONE, _TAG_TYPES[tag])
@@ -269,11 +271,28 @@ def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     fits &= (vtype != OTHER) & (
         (value_start == end) | ((value_start + size == end) & ((first < 0x80) | (vtype == FLOAT)))
     )
+    str_start = value_start + 2
+    long = np.flatnonzero(keyed & ((body & 0xFF8080FF) == 0x0A008012))  # 12, two-byte LV, then 0a
+    if len(long):
+        value_length = ((body[long] >> 8) & 0x7F) | ((body[long] >> 9) & 0x3F80)
+        text = _words(data, "<u2")[key_end[long] + 4]  # the string's length, one or two bytes
+        one_byte = (text & 0x80) == 0
+        text_length = np.where(one_byte, text & 0xFF, (text & 0x7F) | ((text >> 1) & 0x3F80))
+        header = np.where(one_byte, 2, 3)  # the tag and the length
+        good = (
+            (one_byte | ((text & 0x8000) == 0))
+            & (key_end[long] + 3 + value_length == end[long])
+            & (value_length == header + text_length)
+        )
+        at = long[good]
+        fits[at] = True
+        vtype[at] = STR
+        str_start[at] = key_end[at] + 3 + header[good]
     is_float = np.flatnonzero(fits & (vtype == FLOAT))
     floats = np.zeros(len(start), dtype=np.float64)
     floats[is_float] = _words(data, "<f8")[value_start[is_float] + 1]
     ints = np.where((vtype == INT) | (vtype == BOOL), first, 0)
-    return fits, _KeyValues(fits, key_start, key_end, vtype, value_start + 2, ints, floats)
+    return fits, _KeyValues(fits, key_start, key_end, vtype, str_start, ints, floats)
 
 
 def _any_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> _KeyValues:
