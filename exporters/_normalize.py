@@ -38,7 +38,7 @@ from tailcut.exporters._tree import TreeShape, tree_shape
 from tailcut.signals import NESTED_CALL_KIND
 
 _KIND_CODE: Final = {kind: code for code, kind in enumerate(attr.KINDS)}
-_KIND_NAMES: Final = np.array(attr.KINDS, dtype=object)
+_KIND_NAMES: Final = pa.array(attr.KINDS, pa.string())
 _NESTED: Final = _KIND_CODE[NESTED_CALL_KIND]
 _OTHER_KIND: Final = _KIND_CODE["other"]
 _DEFAULT_OPERATION: Final = np.array(
@@ -469,15 +469,15 @@ def normalize(batch: DecodedSpans) -> pa.Table:
     kept = _last_per_key(a.span[kept], lookup.codes[kept], kept)
     take = pa.array(order)
     start, end = batch.start_ns, batch.end_ns
-    services = np.array([r.service_name for r in batch.resources] + [None], dtype=object)
+    services = pa.array([r.service_name for r in batch.resources], pa.string())
     data: dict[str, pa.Array] = {
         "trace_id": batch.trace_id.take(take),
         "span_id": batch.span_id.take(take),
         "parent_span_id": batch.parent_span_id.take(take),
         "name": batch.name.take(take),
-        "kind": pa.array(_KIND_NAMES[kind[order]], pa.string()),
+        "kind": _KIND_NAMES.take(pa.array(kind[order])),
         "span_kind": batch.span_kind.take(take),
-        "service_name": pa.array(services[batch.resource_index[order]], pa.string()),
+        "service_name": services.take(pa.array(batch.resource_index[order])),
         "start_time": pa.array(start[order]),
         "end_time": pa.array(end[order]),
         "duration_ms": pa.array((end - start)[order] / 1e6),
