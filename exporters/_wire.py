@@ -251,9 +251,9 @@ def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     """``(fits, parts)``: the messages laid out as nearly every attribute is, read with two words each.
 
     That layout is ``0a LK key 12 LV value`` with a one-byte key length and either a one-byte value
-    length, the value empty, a string of fewer than 128 bytes, an integer or boolean below 128, or a
-    double; or a two-byte value length and a string (a payload: ``12 LV LV 0a SL [SL] text``, one more
-    word read). ``parts`` holds where ``fits``.
+    length, the value empty, a string of fewer than 128 bytes, an integer or boolean, or a double; or a
+    two-byte value length and a string (a payload: ``12 LV LV 0a SL [SL] text``, one more word read).
+    ``parts`` holds where ``fits``.
     """
     words = _words(data, "<u4")
     head = words[start]  # 0a LK, then the key
@@ -262,15 +262,24 @@ def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     keyed = ((head & 0x80FF) == 0x0A) & (key_end + 2 <= end)
     body = words[np.where(keyed, key_end, start)]  # 12 LV, then the AnyValue's tag and first byte
     value_start = key_end + 2
-    fits = keyed & ((body & 0x80FF) == 0x12) & (value_start + ((body >> 8) & 0xFF) == end)
+    framed = keyed & ((body & 0x80FF) == 0x12) & (value_start + ((body >> 8) & 0xFF) == end)
     tag = (body >> 16) & 0xFF
     first = (body >> 24).astype(np.int64)
     vtype = np.where(value_start == end, NONE, _TAG_TYPES[tag])
     is_str = vtype == STR
     size = _TAG_SIZES[tag] + np.where(is_str, first, 0)
-    fits &= (vtype != OTHER) & (
-        (value_start == end) | ((value_start + size == end) & ((first < 0x80) | (vtype == FLOAT)))
+    fits = (
+        framed
+        & (vtype != OTHER)
+        & ((value_start == end) | ((value_start + size == end) & ((first < 0x80) | (vtype == FLOAT))))
     )
+    ints = np.where((vtype == INT) | (vtype == BOOL), first, 0)
+    varints = np.flatnonzero(framed & (first >= 0x80) & ((tag == 0x18) | (tag == 0x10)))
+    if len(varints):  # an integer of 128 or more (token counts): a varint of several bytes
+        number, after, good = _varint(data, value_start[varints] + 1, 10)
+        good &= after == end[varints]
+        fits[varints[good]] = True
+        ints[varints[good]] = number[good]
     str_start = value_start + 2
     long = np.flatnonzero(keyed & ((body & 0xFF8080FF) == 0x0A008012))  # 12, two-byte LV, then 0a
     if len(long):
@@ -291,7 +300,6 @@ def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     is_float = np.flatnonzero(fits & (vtype == FLOAT))
     floats = np.zeros(len(start), dtype=np.float64)
     floats[is_float] = _words(data, "<f8")[value_start[is_float] + 1]
-    ints = np.where((vtype == INT) | (vtype == BOOL), first, 0)
     return fits, _KeyValues(fits, key_start, key_end, vtype, str_start, ints, floats)
 
 
