@@ -67,11 +67,34 @@ def _view_masks() -> np.ndarray:
 
 _VIEW_KEEP: Final = _view_masks()
 #: By the first byte of an ``AnyValue``: the scalar it holds when that byte is the whole tag (string, bool,
-#: int, double), and the bytes its tag and value take (a string's length byte, not its text).
+#: int, double).
 _TAG_TYPES: Final = np.full(256, OTHER, dtype=np.int8)
 _TAG_TYPES[[0x0A, 0x10, 0x18, 0x21]] = [STR, BOOL, INT, FLOAT]
-_TAG_SIZES: Final = np.zeros(256, dtype=np.int64)
-_TAG_SIZES[[0x0A, 0x10, 0x18, 0x21]] = [2, 2, 2, 9]
+
+
+def _value_shapes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """By ``LV | tag << 8`` (a one-byte ``AnyValue`` length and its first byte): the type of the value
+    when that length suits the tag, and the range its next byte must be in (a string's length, the one
+    byte of a small integer; an empty range: no fit). See :func:`_common_key_values`."""
+    lv, tag = np.arange(1 << 16) & 0xFF, np.arange(1 << 16) >> 8
+    vtype = np.full(1 << 16, OTHER, dtype=np.int8)
+    low, high = np.ones(1 << 16, dtype=np.uint8), np.zeros(1 << 16, dtype=np.uint8)
+    for shape, kind, first in (
+        (lv == 0, NONE, (0, 0xFF)),
+        ((tag == 0x0A) & (lv >= 2) & (lv < 0x80), STR, (lv - 2, lv - 2)),
+        ((tag == 0x10) & (lv == 2), BOOL, (0, 0x7F)),
+        ((tag == 0x18) & (lv == 2), INT, (0, 0x7F)),
+        ((tag == 0x21) & (lv == 9), FLOAT, (0, 0xFF)),
+    ):
+        vtype[shape] = kind
+        low[shape] = np.broadcast_to(first[0], shape.shape)[shape]
+        high[shape] = np.broadcast_to(first[1], shape.shape)[shape]
+    return vtype, low, high
+
+
+_SHAPE_TYPES, _SHAPE_LOW, _SHAPE_HIGH = _value_shapes()
+#: By ``LV | tag << 8``: whether the tag is a boolean's or an integer's (whose varint may be long).
+_SHAPE_VARINTS: Final = np.isin(np.arange(1 << 16) >> 8, [0x10, 0x18])
 
 
 def any_value(value: AnyValue) -> Any:
@@ -263,23 +286,19 @@ def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     body = words[np.where(keyed, key_end, start)]  # 12 LV, then the AnyValue's tag and first byte
     value_start = key_end + 2
     framed = keyed & ((body & 0x80FF) == 0x12) & (value_start + ((body >> 8) & 0xFF) == end)
-    tag = (body >> 16) & 0xFF
-    first = (body >> 24).astype(np.int64)
-    vtype = np.where(value_start == end, NONE, _TAG_TYPES[tag])
-    is_str = vtype == STR
-    size = _TAG_SIZES[tag] + np.where(is_str, first, 0)
-    fits = (
-        framed
-        & (vtype != OTHER)
-        & ((value_start == end) | ((value_start + size == end) & ((first < 0x80) | (vtype == FLOAT))))
-    )
-    ints = np.where((vtype == INT) | (vtype == BOOL), first, 0)
-    varints = np.flatnonzero(framed & (first >= 0x80) & ((tag == 0x18) | (tag == 0x10)))
+    shape = (body >> 8) & 0xFFFF  # LV | tag << 8
+    first = body >> 24
+    vtype = _SHAPE_TYPES[shape]
+    fits = framed & (first >= _SHAPE_LOW[shape]) & (first <= _SHAPE_HIGH[shape])
+    ints = np.where((vtype == INT) | (vtype == BOOL), first.astype(np.int64), 0)
+    varints = np.flatnonzero(framed & (first >= 0x80) & _SHAPE_VARINTS[shape])
     if len(varints):  # an integer of 128 or more (token counts): a varint of several bytes
         number, after, good = _varint(data, value_start[varints] + 1, 10)
         good &= after == end[varints]
-        fits[varints[good]] = True
-        ints[varints[good]] = number[good]
+        at = varints[good]
+        fits[at] = True
+        vtype[at] = _TAG_TYPES[shape[at] >> 8]
+        ints[at] = number[good]
     str_start = value_start + 2
     long = np.flatnonzero(keyed & ((body & 0xFF8080FF) == 0x0A008012))  # 12, two-byte LV, then 0a
     if len(long):
