@@ -479,19 +479,19 @@ def _scan(data: bytes, start: int, end: int, what: str) -> tuple[np.ndarray, np.
     pos = start
     try:
         while pos < end:
-            tag = data[pos]
-            if tag & 0x80 or tag & 7 != 2:  # a long tag or another wire type: the general path
-                pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
-                continue
-            byte = data[pos + 1]
-            if byte < 0x80:
-                add(pos)
-                pos += 2 + byte
-            elif data[pos + 2] < 0x80:
-                add(pos)
-                pos += 3 + ((byte & 0x7F) | data[pos + 2] << 7)
-            else:
-                pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
+            if data[pos] & 0x87 == 2:  # a one-byte tag of a length-delimited field
+                byte = data[pos + 1]
+                if byte < 0x80:
+                    add(pos)
+                    pos += 2 + byte
+                    continue
+                second = data[pos + 2]
+                if second < 0x80:
+                    add(pos)
+                    pos += 3 + (byte & 0x7F | second << 7)
+                    continue
+            # A long tag or length, or another wire type: the general path.
+            pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
     except IndexError:
         raise BadOtlpInput(f"{what} is not valid protobuf (truncated)") from None
     if pos != end:
