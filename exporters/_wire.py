@@ -73,9 +73,10 @@ _TAG_TYPES[[0x0A, 0x10, 0x18, 0x21]] = [STR, BOOL, INT, FLOAT]
 
 
 def _value_shapes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """By ``LV | tag << 8`` (a one-byte ``AnyValue`` length and its first byte): the type of the value
-    when that length suits the tag, and the range its next byte must be in (a string's length, the one
-    byte of a small integer; an empty range: no fit). See :func:`_common_key_values`."""
+    """By ``LV | tag << 8`` (a ``KeyValue``'s one-byte value length, and the ``AnyValue``'s tag): the type
+    of the value when that length suits the tag, and the range the byte after the tag must be in (a
+    string's length, the one byte of a small integer; an empty range: no fit). See
+    :func:`_common_key_values`."""
     lv, tag = np.arange(1 << 16) & 0xFF, np.arange(1 << 16) >> 8
     vtype = np.full(1 << 16, OTHER, dtype=np.int8)
     low, high = np.ones(1 << 16, dtype=np.uint8), np.zeros(1 << 16, dtype=np.uint8)
