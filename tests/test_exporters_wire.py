@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut.exporters._batch import BOOL, FLOAT, INT, STR
@@ -148,3 +149,20 @@ def test_a_corrupted_request_is_decoded_or_bad_input_never_a_crash(
         request[at % len(request)] = byte
     with contextlib.suppress(BadOtlpInput):
         decode_resource_spans(bytes(request[: len(request) - cut % len(request)]))
+
+
+def test_payload_strings_and_long_integers_take_the_common_layout() -> None:
+    """The runtime's own encoding of a payload (two-byte lengths) and of a token count (a varint of two or
+    more bytes) is read by the two-word reader, with the values the general reader finds."""
+    values = [AnyValue(string_value="x" * n) for n in (125, 126, 127, 300, 16_000)]
+    values += [AnyValue(int_value=n) for n in (127, 128, 3000, -1, 2**63 - 1)] + [AnyValue(bool_value=True)]
+    messages = [KeyValue(key="tailcut.request", value=v).SerializeToString() for v in values]
+    data, start, end = _buffer(messages)
+    fits, common = _common_key_values(data, start, end)
+    general = _any_key_values(data, start, end)
+    assert fits.all()
+    for name in ("key_start", "key_end", "vtype", "ints"):
+        assert np.array_equal(getattr(common, name), getattr(general, name)), name
+    strings = general.vtype == STR
+    assert strings.sum() == 5
+    assert np.array_equal(common.str_start[strings], general.str_start[strings])
