@@ -336,10 +336,10 @@ def _joined_lists(first: pa.ListArray, second: pa.ListArray) -> pa.ListArray:
 
 def _positions(n: int) -> pa.Array:
     """0, 1, ... n - 1 (int32)."""
+    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), n)), 1)
+    return pa.array(np.arange(n, dtype=np.int32))
 
 
 def _findings_table(columns: dict[str, Any]) -> pa.Table:
