@@ -441,7 +441,7 @@ def _standing(local: pa.Table, connection: duckdb.DuckDBPyConnection, *, written
     import pyarrow.compute as pc
 
     if not written:
-        judged = pa.array(["tool_loop", "silent_degradation"])
+        judged = pa.array([category for category, _ in _features.WRITTEN_JUDGMENTS])
         return local.filter(pc.invert(pc.is_in(local["category"], value_set=judged)))
     again = connection.sql("SELECT trace_id FROM _roles").to_arrow_table()["trace_id"].combine_chunks()
     return local.filter(

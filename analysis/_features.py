@@ -282,13 +282,14 @@ _NO_REFERENCE: Final = (
     "ref_n BIGINT, z_depth DOUBLE, z_spans DOUBLE, med_depth DOUBLE, med_spans DOUBLE)",
     "CREATE TEMP TABLE traces (trace_id VARCHAR, outcome VARCHAR, outcome_score DOUBLE)",
 )
-"""What the write-time judgments (:data:`_WRITTEN_JUDGMENTS`) join instead of the data dir's: no reference
+"""What the write-time judgments (:data:`WRITTEN_JUDGMENTS`) join instead of the data dir's: no reference
 (``tool_loop`` by repeated calls alone) and no ``traces`` rows (``silent_degradation`` by the root span's
 outcome and score, which the collector and ``ingest`` copy into the trace's row)."""
 #: The categories judged from the trace alone that the writers also judge (with the default thresholds),
-#: beside ``error``, ``schema_violation`` and ``schema_drift`` of identical retries; with the flag of
-#: ``_JUDGEABLE`` that says whether the batch has a trace they could find (else the query is not run).
-_WRITTEN_JUDGMENTS: Final = (("tool_loop", _rules.LOOP_SQL), ("silent_degradation", _rules.SILENT_SQL))
+#: beside ``error``, ``schema_violation`` and ``schema_drift`` of identical retries, with their queries; in
+#: the order of the flags of ``_JUDGEABLE`` that say whether the batch has a trace they could find (else the
+#: query is not run).
+WRITTEN_JUDGMENTS: Final = (("tool_loop", _rules.LOOP_SQL), ("silent_degradation", _rules.SILENT_SQL))
 _JUDGEABLE: Final = """
 SELECT coalesce(bool_or(repeat.n >= $loop_min_repeats), false),
        coalesce(bool_or(root.status_code IS DISTINCT FROM 'ERROR'
@@ -379,7 +380,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     queries = (
         (_rules.ERROR_SQL, failed_root),
         (_rules.RETRIES_SQL, retried),
-        *((q, needed) for (_, q), needed in zip(_WRITTEN_JUDGMENTS, judgeable, strict=True)),
+        *((q, needed) for (_, q), needed in zip(WRITTEN_JUDGMENTS, judgeable, strict=True)),
     )
     local = [
         connection.sql(q, params=_rules.named_parameters(q, parameters)).to_arrow_table()
