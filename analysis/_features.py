@@ -16,11 +16,11 @@ the tool's schema explains them, ``schema_drift``, is only known over the whole 
 verdicts against every version the batch holds, and (on the batch's first trace) the batch's tool lists and
 enforced schemas.
 
-**On classify** (:func:`usable`, :func:`read`) the features stand in for the survey and the suspects'
-spans of every trace they describe exactly: one row for the trace (not written in two batches), one root,
-the same ``rules`` key (version, ``drift_min_attempts``, ``transient_errors``), and its spans counted by
-that row (no span written before the features existed). The other traces alone are classified from their
-spans, as the whole data dir is when the caller asked for the exhaustive classification
+**On classify** (:func:`usable`, :func:`read`, :func:`read_roles`) the features stand in for the survey
+and the suspects' spans of every trace they describe exactly: one row for the trace (not written in two
+batches), one root, the same ``rules`` key (version, ``drift_min_attempts``, ``transient_errors``), and
+its spans counted by that row (no span written before the features existed). The other traces alone are
+classified from their spans, as the whole data dir is when the caller asked for the exhaustive classification
 (``trust_recorded_counts`` or ``trust_trace_signals`` false), when some ``trace_checks`` row the features
 were written with is missing, or when they describe no trace. Robust z-scores are still computed at
 classify time, from the ``traces`` rows and the stored tokens, and only the traces they flag have their
@@ -465,6 +465,8 @@ def _open_calls(
 
 # ------------------------------------------------------------------------------------------------ reading
 
+#: The relations :func:`usable` makes are of the main schema, not temporary ones (those of ``_checks`` aside,
+#: read by the connection alone): the classifier runs statements that read them on cursors of its own.
 _ROWS_VIEW: Final = "_feature_rows"
 #: The traces the features do not describe, and their spans, read once (see :func:`usable`).
 UNCOVERED: Final = "_uncovered"
@@ -516,7 +518,7 @@ with is present, the spans they count and the spans present, and whether the kep
 may state other outcomes or scores than the roots the rows describe (or be other traces)."""
 
 _UNCOVERED_SQL: Final = f"""
-CREATE OR REPLACE TEMP TABLE {UNCOVERED} AS
+CREATE OR REPLACE TABLE {UNCOVERED} AS
 SELECT trace_id FROM {_ROWS_VIEW}
 GROUP BY trace_id HAVING count(*) > 1 OR max(roots) > 1 OR bool_or(rules <> $rules)
 """
@@ -597,7 +599,7 @@ def _roles_sql(every: bool) -> str:
         for role, struct in structs.items()
     )
     selected = f"""
-CREATE OR REPLACE TEMP TABLE _roles AS
+CREATE OR REPLACE TABLE _roles AS
 SELECT trace_id, roots, {roles}, heavy FROM {VIEW}
 WHERE trace_id IN (SELECT trace_id FROM _scores)"""
     if not every:
@@ -638,8 +640,7 @@ def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
         if not files:
             return None
         connection.execute(
-            f"CREATE OR REPLACE TEMP VIEW {_ROWS_VIEW} AS "
-            f"SELECT * FROM read_parquet('{_source.quote(pattern)}')"
+            f"CREATE OR REPLACE VIEW {_ROWS_VIEW} AS SELECT * FROM read_parquet('{_source.quote(pattern)}')"
         )
         checks = _source.table_glob(dataset.location, CHECKS_TABLE)
         [(check_files,)] = connection.execute("SELECT count(*) FROM glob(?)", [checks]).fetchall()
@@ -657,7 +658,7 @@ def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
         if not (checked and some):
             coverage = None
         elif rows == traces and roots <= 1 and every and counted == present:
-            connection.execute(f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW}")
+            connection.execute(f"CREATE OR REPLACE VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW}")
             coverage = Coverage(0, restated=restated)
         else:
             coverage = _partial(connection, rules, count_spans=counted != present, traces=traces)
@@ -682,11 +683,11 @@ def _partial(
         return None
     [(uncovered,)] = connection.execute(f"SELECT count(*) FROM {UNCOVERED}").fetchall()
     connection.execute(
-        f"CREATE OR REPLACE TEMP VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW} "
+        f"CREATE OR REPLACE VIEW {VIEW} AS SELECT * FROM {_ROWS_VIEW} "
         f"WHERE trace_id NOT IN (SELECT trace_id FROM {UNCOVERED})"
     )
     connection.execute(
-        f"CREATE OR REPLACE TEMP TABLE {UNCOVERED_SPANS} AS SELECT {', '.join(_SPAN_COLUMNS)} FROM spans "
+        f"CREATE OR REPLACE TABLE {UNCOVERED_SPANS} AS SELECT {', '.join(_SPAN_COLUMNS)} FROM spans "
         f"WHERE trace_id IN (SELECT trace_id FROM {UNCOVERED})"
     )
     return Coverage(uncovered)
@@ -726,27 +727,23 @@ def stored(dataset: Dataset, coverage: Coverage) -> Stored:
     return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
 
 
-def read(
-    dataset: Dataset,
-    parameters: Mapping[str, Any],
-    book: _toolcalls.SchemaBook,
-    checks: pa.Table,
-    *,
-    every: bool = True,
-) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """From ``_features`` and the ``checks`` rows of :func:`stored` (after :func:`usable`): fill ``_roles``
-    (:func:`_roles_sql`, of ``every`` trace a judgement may flag or of those far from the reference alone);
-    return the findings written with the features but ``schema_drift`` (``error``, ``schema_violation``,
-    and ``tool_loop`` and ``silent_degradation`` as the writers judged them: see
-    :func:`written_judgments_hold`), the ``schema_drift`` findings of identical retries and the drift
-    problems of the stored tool calls (judged against ``book``; a table of
-    :func:`._toolcalls.problems_schema`)."""
+def read_roles(dataset: Dataset, parameters: Mapping[str, Any], *, every: bool = True) -> None:
+    """Fill ``_roles`` from ``_features`` (after :func:`usable` and once ``_scores`` is there): of ``every``
+    trace a judgement may flag, or of those far from the reference alone (:func:`_roles_sql`)."""
+    roles = _roles_sql(every)
+    dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
+
+
+def read(book: _toolcalls.SchemaBook, checks: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """From the ``checks`` rows of :func:`stored`: the findings written with the features but
+    ``schema_drift`` (``error``, ``schema_violation``, and ``tool_loop`` and ``silent_degradation`` as the
+    writers judged them: see :func:`written_judgments_hold`), the ``schema_drift`` findings of identical
+    retries and the drift problems of the stored tool calls (judged against ``book``; a table of
+    :func:`._toolcalls.problems_schema`). No SQL: the classifier runs this while its first statements run."""
     import pyarrow.compute as pc
 
     from tailcut.analysis._classify import findings_schema
 
-    roles = _roles_sql(every)
-    dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
     local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
     drift = pc.equal(local["category"], "schema_drift")
     calls = _flatten(checks, "calls").sort_by(

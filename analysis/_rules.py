@@ -5,7 +5,8 @@ the span the finding points at) and takes its thresholds as named parameters (``
 They run over small tables the classifier builds first, never over the Parquet files again:
 
 * ``_scores`` (:data:`SCORES_SQL`): the kept traces whose cost or structure z-scores pass a threshold,
-  measured against the robust statistics (median, MAD) of their agent's reference sample;
+  measured against the robust statistics (median, MAD) of their agent's reference sample, and
+  ``_per_call`` (:func:`per_call_sql`): those of one ``llm`` call's tokens, per agent;
 * ``_rows``: the spans the rules read (boundary spans, failed spans, roots, the deepest spans) of the
   traces that may show a category, with the attributes and payload parts the rules use (see
   :mod:`._candidates`, which also explains why that set is enough);
@@ -82,9 +83,8 @@ def _spread_columns(stat: str) -> str:
     return f"{med} AS med_{stat}, mad_{stat}, {q90} AS q90_{stat}, {scale} AS scale_{stat}"
 
 
-SCORES_SQL: Final = f"""
-CREATE OR REPLACE TEMP TABLE _scores AS
-WITH traces_by_agent AS (
+_REFERENCE_SAMPLE: Final = f"""
+traces_by_agent AS (
     SELECT trace_id, kept, baseline, inclusion_probability, max_depth, span_count, llm_calls, duration_ms,
            {agent_key()} AS agent, input_tokens + output_tokens AS tokens
     FROM traces
@@ -102,16 +102,15 @@ chosen AS NOT MATERIALIZED (
     FROM traces_by_agent t JOIN agents a USING (agent)
     WHERE (a.n_baseline >= $min_baseline AND t.baseline)
        OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline)
-),
-per_call AS (
-    SELECT agent_no, {_spread_columns("call")}, med_call_in, med_call_out
-    FROM (
-        SELECT s.agent_no, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
-               {_spread("s.input_tokens + s.output_tokens", "call")}
-        FROM {{llm_calls}} s
-        GROUP BY s.agent_no
-    )
-),
+)"""
+"""Each agent's reference sample, the ``chosen`` traces: its uniform baseline slice when that has at least
+``$min_baseline`` traces, else every trace when all were kept with certainty (a census) and there are
+enough; else none (no z-scores for that agent). ``agent_no`` numbers the agents, cheaper to group by than
+their names. Only the ``traces`` table is read."""
+
+SCORES_SQL: Final = f"""
+CREATE OR REPLACE TABLE _scores AS
+WITH {_REFERENCE_SAMPLE},
 spreads AS (
     SELECT agent_no, any_value(source) AS source, count(*) AS n,
            {_spread("tokens", "tokens")}, {_spread("llm_calls", "calls")},
@@ -121,14 +120,13 @@ spreads AS (
 ),
 reference AS (
     SELECT a.agent, s.source, s.n, {_spread_columns("tokens")}, {_spread_columns("calls")},
-           {_spread_columns("duration")}, {_spread_columns("depth")}, {_spread_columns("spans")},
-           p.med_call_in, p.med_call_out, p.med_call, p.scale_call
-    FROM spreads s JOIN agents a USING (agent_no) LEFT JOIN per_call p USING (agent_no)
+           {_spread_columns("duration")}, {_spread_columns("depth")}, {_spread_columns("spans")}
+    FROM spreads s JOIN agents a USING (agent_no)
 )
 SELECT * FROM (
     SELECT t.trace_id, t.max_depth, t.span_count, t.tokens, t.llm_calls,
            t.duration_ms, r.agent, r.source, r.n AS ref_n, r.med_depth, r.med_spans, r.med_tokens,
-           r.med_calls, r.med_duration, r.med_call, r.scale_call, r.med_call_in, r.med_call_out,
+           r.med_calls, r.med_duration,
            {_z("t.max_depth", "depth")} AS z_depth, {_z("t.span_count", "spans")} AS z_spans,
            {_z("t.tokens", "tokens")} AS z_tokens,
            {_z("t.llm_calls", "calls")} AS z_calls,
@@ -141,10 +139,26 @@ WHERE z_depth >= $structure_z OR z_spans >= $structure_z
 """
 """The kept traces far from their agent's reference in structure or cost: what ``tool_loop`` and
 ``cost_blowup`` start from. The reference is, per agent, the robust statistics (median, MAD, 90th
-percentile) of its reference sample (the ``chosen`` traces); ``{llm_calls}`` is a relation of
-``(agent_no, input_tokens, output_tokens)``, one row per ``llm`` span with input tokens of the ``chosen``
-traces (:func:`scores_sql`; ``agent_no`` numbers the agents, cheaper to group by than their names). The
-``traces`` table answers the rest; no span is read."""
+percentile) of its reference sample (:data:`_REFERENCE_SAMPLE`). The ``traces`` table answers it all; no
+span is read. A table of the main schema, not a temporary one: the classifier runs the statements that read
+it on cursors of its own (see :mod:`._classify`), and a temporary table is seen by its connection alone."""
+
+_PER_CALL_SQL: Final = f"""
+CREATE OR REPLACE TABLE _per_call AS
+WITH {_REFERENCE_SAMPLE},
+per_call AS (
+    SELECT s.agent_no, median(s.input_tokens) AS med_call_in, median(s.output_tokens) AS med_call_out,
+           {_spread("s.input_tokens + s.output_tokens", "call")}
+    FROM {{llm_calls}} s
+    GROUP BY s.agent_no
+)
+SELECT a.agent, p.med_call_in, p.med_call_out, {_spread_columns("call")}
+FROM per_call p JOIN agents a USING (agent_no)
+"""
+"""Per agent, the robust statistics of the tokens of one ``llm`` call of its reference sample, by which
+``cost_blowup`` finds a trace's first over-budget call. ``{llm_calls}`` is a relation of ``(agent_no,
+input_tokens, output_tokens)``, one row per ``llm`` span with input tokens of the ``chosen`` traces
+(:func:`per_call_sql`). Apart from :data:`SCORES_SQL`, as both take about as long and can run at once."""
 
 #: The chosen traces' ``llm`` spans' tokens, from the spans (of the relation ``{spans}``) or from the features
 #: written with them (joined per trace, then unnested: the lists of a trace's calls are much fewer rows than
@@ -159,13 +173,13 @@ LLM_CALLS_FROM_FEATURES: Final = (
 )
 
 
-def scores_sql(*, features: bool, spans: str | None) -> str:
-    """:data:`SCORES_SQL` over the per-call tokens of the traces the features describe (``features``) and
-    of the spans of the relation ``spans`` (None: of no spans)."""
+def per_call_sql(*, features: bool, spans: str | None) -> str:
+    """:data:`_PER_CALL_SQL` over the per-call tokens of the traces the features describe (``features``)
+    and of the spans of the relation ``spans`` (None: of no spans)."""
     sources = [LLM_CALLS_FROM_FEATURES] if features else []
     if spans is not None:
         sources.append(LLM_CALLS_FROM_SPANS.replace("{spans}", spans))
-    return SCORES_SQL.replace("{llm_calls}", f"({' UNION ALL '.join(sources)})")
+    return _PER_CALL_SQL.replace("{llm_calls}", f"({' UNION ALL '.join(sources)})")
 
 
 # -------------------------------------------------------------------------------------------- error
@@ -387,7 +401,7 @@ COST_SQL: Final = f"""
 WITH flagged AS (
     SELECT trace_id, tokens, llm_calls, duration_ms, source, ref_n, med_tokens, med_calls, med_duration,
            med_call, scale_call, med_call_in, med_call_out, agent, z_tokens, z_calls, z_duration
-    FROM _scores
+    FROM _scores LEFT JOIN _per_call USING (agent)
     WHERE z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
 ),
 heavy AS (

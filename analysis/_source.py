@@ -125,9 +125,16 @@ def empty_table(table: str) -> pa.Table:
 def create_table_view(
     connection: duckdb.DuckDBPyConnection, location: str, table: str, present: bool
 ) -> None:
-    """``CREATE VIEW <table>`` over its files, every current column present (typed NULL if no file has it)."""
+    """``CREATE VIEW <table>`` over its files, every current column present (typed NULL if no file has it).
+
+    A table with no files is a view of an empty table of the main schema (not of a registered Arrow table,
+    which only this connection would see: the classifier reads the views on cursors of its own too)."""
     if not present:
-        connection.register(f"_empty_{table}", empty_table(table))
+        connection.register("_empty", empty_table(table))
+        try:
+            connection.execute(f"CREATE OR REPLACE TABLE _empty_{table} AS SELECT * FROM _empty")
+        finally:
+            connection.unregister("_empty")
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
         return
     scan = (
