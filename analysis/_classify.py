@@ -405,8 +405,8 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     From the features written with the spans for the traces they describe (:func:`._features.usable`),
     from a survey of the spans and the suspects' spans for the others. The ``tool_loop`` and
     ``silent_degradation`` findings the writers judged stand unless :func:`._features.written_judgments_hold`
-    says otherwise; ``tool_loop`` is judged again for the traces far from the reference (their depth or
-    span count may make one, or add to it).
+    says otherwise; ``tool_loop`` is judged again for the traces far from the reference when one is far in
+    depth or span count (that may make one, or add to it: :func:`_far_in_structure`).
 
     The statements that do not wait on each other run at once, on cursors of the dataset's connection in
     two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
@@ -427,6 +427,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         spans = _features.UNCOVERED_SPANS if partial else "spans" if coverage is None else None
         per_call = _rules.per_call_sql(features=coverage is not None, spans=spans)
         referenced = pool.submit(_execute, connection, per_call, parameters)
+        loops = True  # tool_loop judged at classify time (see _far_in_structure)
         if coverage is None:
             scored.result()
             found = _from_spans(dataset, limits, parameters, ([], []))
@@ -443,15 +444,20 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
                 found, book = None, load_schema_book(*schemas)
             local, retries, problems = _features.read(book, stored.checks)
             scored.result()
-            _features.read_roles(dataset, parameters, every=not written)
-            local = _standing(local, connection, written=written)
+            loops = not written or _far_in_structure(connection, parameters)
+            _features.read_roles(dataset, parameters, every=not written, loops=loops)
+            local = _standing(local, connection, written=written, loops=loops)
             if found is not None:
                 connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")
                 local = pa.concat_tables([local, found.local])
                 retries = pa.concat_tables([retries, found.retries])
                 problems = pa.concat_tables([problems, found.problems])
         referenced.result()
-        judged = (_rules.LOOP_SQL, _rules.COST_SQL, *(() if written else (_rules.SILENT_SQL,)))
+        judged = (
+            *((_rules.LOOP_SQL,) if loops else ()),
+            _rules.COST_SQL,
+            *(() if written else (_rules.SILENT_SQL,)),
+        )
         running = [pool.submit(_run_on_cursor, connection, q, parameters) for q in judged]
         drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
         tables = [local, *(r.result() for r in running), _merge_drift(drifts, retries)]
@@ -464,15 +470,28 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     return table
 
 
-def _standing(local: pa.Table, connection: duckdb.DuckDBPyConnection, *, written: bool) -> pa.Table:
-    """The written findings that stand: all but the ``tool_loop`` ones of the traces in ``_roles`` (judged
-    again) when the written judgments hold, else all but every ``tool_loop`` and ``silent_degradation``."""
+def _far_in_structure(connection: duckdb.DuckDBPyConnection, parameters: dict[str, Any]) -> bool:
+    """Whether some trace is far from the reference in depth or span count (``_scores``): only then can
+    ``tool_loop`` judged at classify time differ from the writers' judgment by repeated calls alone."""
+    query = "SELECT coalesce(bool_or(z_depth >= $structure_z OR z_spans >= $structure_z), false) FROM _scores"
+    [(far,)] = connection.execute(query, _rules.named_parameters(query, parameters)).fetchall()
+    return bool(far)
+
+
+def _standing(
+    local: pa.Table, connection: duckdb.DuckDBPyConnection, *, written: bool, loops: bool
+) -> pa.Table:
+    """The written findings that stand. When the written judgments hold: all, but the ``tool_loop`` ones of
+    the traces in ``_roles`` if ``tool_loop`` is judged again (``loops``); else all but every ``tool_loop``
+    and ``silent_degradation``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if not written:
         judged = pa.array([category for category, _ in _features.WRITTEN_JUDGMENTS])
         return local.filter(pc.invert(pc.is_in(local["category"], value_set=judged)))
+    if not loops:
+        return local
     again = connection.sql("SELECT trace_id FROM _roles").to_arrow_table()["trace_id"].combine_chunks()
     return local.filter(
         pc.invert(

@@ -579,19 +579,24 @@ def written_judgments_hold(coverage: Coverage | None, limits: Thresholds) -> boo
     return all(getattr(limits, name) == getattr(defaults, name) for name in _DEFAULT_JUDGMENT)
 
 
-#: The roles of the traces far from the reference: what ``tool_loop`` and ``cost_blowup`` point at.
-_SCORED_ROLES: Final = ("root", "deepest", "repeat")
+#: The roles of the traces far from the reference that ``cost_blowup`` points at (beside ``heavy``), and those
+#: ``tool_loop`` points at when it is judged again (:func:`_roles_sql`).
+_COST_ROLES: Final = ("root",)
+_LOOP_ROLES: Final = ("root", "deepest", "repeat")
 
 
 @cache
-def _roles_sql(every: bool) -> str:
+def _roles_sql(every: bool, loops: bool = True) -> str:
     """``_roles`` from the flat role columns. ``every``: of the traces some judgement may flag, far from
     the reference (``_scores``), a repeated call, or a bad outcome, score, output or final answer (the
     ``traces`` row's outcome included); else of the traces far from the reference alone, with only the
-    roles their judgements read (:func:`written_judgments_hold`)."""
+    roles their judgements read (:func:`written_judgments_hold`): those of ``cost_blowup``, and those of
+    ``tool_loop`` when it is judged again (``loops``). Each column read costs its decoding for every row,
+    though few rows are kept."""
+    wanted = {*_COST_ROLES, *(_LOOP_ROLES if loops else ())}
     fields: dict[str, list[str]] = defaultdict(list)
     for role, field in _role_fields():
-        if every or role in _SCORED_ROLES:
+        if every or role in wanted:
             fields[role].append(field)
     structs = {role: ", ".join(f"'{f}': {role}_{f}" for f in names) for role, names in fields.items()}
     roles = ", ".join(
@@ -727,10 +732,13 @@ def stored(dataset: Dataset, coverage: Coverage) -> Stored:
     return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
 
 
-def read_roles(dataset: Dataset, parameters: Mapping[str, Any], *, every: bool = True) -> None:
+def read_roles(
+    dataset: Dataset, parameters: Mapping[str, Any], *, every: bool = True, loops: bool = True
+) -> None:
     """Fill ``_roles`` from ``_features`` (after :func:`usable` and once ``_scores`` is there): of ``every``
-    trace a judgement may flag, or of those far from the reference alone (:func:`_roles_sql`)."""
-    roles = _roles_sql(every)
+    trace a judgement may flag, or of those far from the reference alone, with the roles ``tool_loop`` reads
+    if it is judged again (``loops``; see :func:`_roles_sql`)."""
+    roles = _roles_sql(every, loops)
     dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
 
 
