@@ -395,7 +395,10 @@ FROM located l WHERE l.s IS NOT NULL
 
 # ------------------------------------------------------------------------------------------- cost blowup
 
-_Z_CALL: Final = "(h.span.input_tokens + h.span.output_tokens - f.med_call) / f.scale_call"
+def _z_call(span: str) -> str:
+    """The robust z-score of one ``llm`` call's tokens against its agent's per-call reference."""
+    return f"({span}.input_tokens + {span}.output_tokens - med_call) / scale_call"
+
 
 COST_SQL: Final = f"""
 WITH flagged AS (
@@ -405,19 +408,15 @@ WITH flagged AS (
     WHERE z_tokens >= $cost_z OR z_calls >= $cost_z OR z_duration >= $duration_z
 ),
 heavy AS (
-    SELECT f.trace_id, h.span, f.med_call_in, f.med_call_out, {_Z_CALL} AS z_call
-    FROM flagged f
-    JOIN (SELECT trace_id, unnest(heavy) AS span, generate_subscripts(heavy, 1) AS position FROM _roles) h
-        USING (trace_id)
-    WHERE f.med_call IS NOT NULL AND {_Z_CALL} >= $cost_z
-    QUALIFY row_number() OVER (PARTITION BY f.trace_id ORDER BY h.position) = 1
+    SELECT f.*, ro.root, list_filter(ro.heavy, lambda h: {_z_call("h")} >= $cost_z)[1] AS heavy_span
+    FROM flagged f LEFT JOIN _roles ro USING (trace_id)
 ),
 located AS (
-    SELECT f.*, h.span AS heavy_span, h.z_call,
-           coalesce(h.span.output_tokens - h.med_call_out > h.span.input_tokens - h.med_call_in, false)
+    SELECT *, {_z_call("heavy_span")} AS z_call,
+           coalesce(heavy_span.output_tokens - med_call_out > heavy_span.input_tokens - med_call_in, false)
                AS output_heavy,
-           coalesce({at("h.span")}, {at("ro.root")}) AS s
-    FROM flagged f LEFT JOIN heavy h USING (trace_id) LEFT JOIN _roles ro USING (trace_id)
+           coalesce({at("heavy_span")}, {at("root")}) AS s
+    FROM heavy
 )
 SELECT l.trace_id, 'cost_blowup' AS category, {_SPAN},
        CASE WHEN l.output_heavy THEN 'model' ELSE 'workflow' END AS layer,
