@@ -395,6 +395,7 @@ FROM located l WHERE l.s IS NOT NULL
 
 # ------------------------------------------------------------------------------------------- cost blowup
 
+
 def _z_call(span: str) -> str:
     """The robust z-score of one ``llm`` call's tokens against its agent's per-call reference."""
     return f"({span}.input_tokens + {span}.output_tokens - med_call) / scale_call"
