@@ -107,6 +107,11 @@ class Dataset:
         self._connection: duckdb.DuckDBPyConnection = duckdb.connect(":memory:")
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
+        if not self._place.remote:
+            # Each statement binds its views again, and with them every file's footer: keep the footers
+            # parsed. DuckDB reads a file again when its modification time changed since (a file rewritten
+            # in place included); for an object store's files that time may be missing, so not there.
+            self._connection.execute("SET parquet_metadata_cache = true")
         self._place.register_with(self._connection)
         self._present: dict[str, bool] = {}
         #: source key of the registered findings; None when none are, or they came from custom thresholds
