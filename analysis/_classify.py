@@ -410,8 +410,8 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
 
     The statements that do not wait on each other run at once, on cursors of the dataset's connection in
     two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
-    thread finds what the features describe, then beside the per-call reference (``_per_call``) while this
-    thread reads the stored checks, and the category queries beside each other.
+    thread finds what the features describe; then the per-call reference (``_per_call``) and the roles
+    (``_roles``) while this thread reads the stored checks; then the category queries beside each other.
     DuckDB lets go of the GIL while it executes, and one statement this small rarely keeps two cores busy
     (alone, a classification of the benchmark's 1M spans used 1.3 CPU-seconds per second of its time).
     """
@@ -434,18 +434,19 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
             local, retries, problems = found.local, found.retries, found.problems
         else:
             stored = _features.stored(dataset, coverage)
+            scored.result()
+            loops = not written or _far_in_structure(connection, parameters)
+            roles = _features.roles_sql(every=not written, loops=loops)
+            described = pool.submit(_execute, connection, roles, parameters)
             schemas = (stored.lists, stored.enforced)
             # the traces the features do not describe first: their tool lists and schemas join the book
             if partial:
-                scored.result()
                 found = _from_spans(dataset, limits, parameters, schemas, scoped=True)
                 book = found.book
             else:
                 found, book = None, load_schema_book(*schemas)
             local, retries, problems = _features.read(book, stored.checks)
-            scored.result()
-            loops = not written or _far_in_structure(connection, parameters)
-            _features.read_roles(dataset, parameters, every=not written, loops=loops)
+            described.result()
             local = _standing(local, connection, written=written, loops=loops)
             if found is not None:
                 connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")

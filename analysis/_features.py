@@ -16,7 +16,7 @@ the tool's schema explains them, ``schema_drift``, is only known over the whole 
 verdicts against every version the batch holds, and (on the batch's first trace) the batch's tool lists and
 enforced schemas.
 
-**On classify** (:func:`usable`, :func:`read`, :func:`read_roles`) the features stand in for the survey
+**On classify** (:func:`usable`, :func:`read`, :func:`roles_sql`) the features stand in for the survey
 and the suspects' spans of every trace they describe exactly: one row for the trace (not written in two
 batches), one root, the same ``rules`` key (version, ``drift_min_attempts``, ``transient_errors``), and
 its spans counted by that row (no span written before the features existed). The other traces alone are
@@ -580,13 +580,13 @@ def written_judgments_hold(coverage: Coverage | None, limits: Thresholds) -> boo
 
 
 #: The roles of the traces far from the reference that ``cost_blowup`` points at (beside ``heavy``), and those
-#: ``tool_loop`` points at when it is judged again (:func:`_roles_sql`).
+#: ``tool_loop`` points at when it is judged again (:func:`roles_sql`).
 _COST_ROLES: Final = ("root",)
 _LOOP_ROLES: Final = ("root", "deepest", "repeat")
 
 
 @cache
-def _roles_sql(every: bool, loops: bool = True) -> str:
+def roles_sql(*, every: bool, loops: bool = True) -> str:
     """``_roles`` from the flat role columns. ``every``: of the traces some judgement may flag, far from
     the reference (``_scores``), a repeated call, or a bad outcome, score, output or final answer (the
     ``traces`` row's outcome included); else of the traces far from the reference alone, with only the
@@ -730,16 +730,6 @@ def stored(dataset: Dataset, coverage: Coverage) -> Stored:
     if coverage.partial:  # (filtering copies every row)
         checks = checks.filter(table["covered"])
     return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
-
-
-def read_roles(
-    dataset: Dataset, parameters: Mapping[str, Any], *, every: bool = True, loops: bool = True
-) -> None:
-    """Fill ``_roles`` from ``_features`` (after :func:`usable` and once ``_scores`` is there): of ``every``
-    trace a judgement may flag, or of those far from the reference alone, with the roles ``tool_loop`` reads
-    if it is judged again (``loops``; see :func:`_roles_sql`)."""
-    roles = _roles_sql(every, loops)
-    dataset.connection.execute(roles, _rules.named_parameters(roles, parameters))
 
 
 def read(book: _toolcalls.SchemaBook, checks: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
