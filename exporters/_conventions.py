@@ -209,8 +209,6 @@ def resolve_kind(attributes: Mapping[str, Any]) -> str:
     return "other"
 
 
-
-
 class Source(NamedTuple):
     """One attribute a column may come from."""
 

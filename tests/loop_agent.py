@@ -74,9 +74,7 @@ def main(argv: list[str]) -> None:
         server.enqueue(
             *(ScriptedReply(text=f"Step {i}: checking the next record.") for i in range(steps - 1))
         )
-        server.enqueue(
-            ScriptedReply(text=numbered("reply", "The refund ran twice", big) if big else "Done.")
-        )
+        server.enqueue(ScriptedReply(text=numbered("reply", "The refund ran twice", big) if big else "Done."))
         with openai.OpenAI(base_url=server.openai_base_url, api_key="test", max_retries=0) as client:
             CLIENT["openai"] = client
             loop_agent({"steps": steps, "big": big, "result": result})
