@@ -437,7 +437,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
             scored.result()
             loops = not written or _far_in_structure(connection, parameters)
             roles = _features.roles_sql(every=not written, loops=loops)
-            described = pool.submit(_execute, connection, roles, parameters)
+            roles_filled = pool.submit(_execute, connection, roles, parameters)
             schemas = (stored.lists, stored.enforced)
             # the traces the features do not describe first: their tool lists and schemas join the book
             if partial:
@@ -446,7 +446,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
             else:
                 found, book = None, load_schema_book(*schemas)
             local, retries, problems = _features.read(book, stored.checks)
-            described.result()
+            roles_filled.result()
             local = _standing(local, connection, written=written, loops=loops)
             if found is not None:
                 connection.execute(f"INSERT INTO _roles BY NAME SELECT * FROM {_SPANS_ROLES}")
