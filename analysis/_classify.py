@@ -105,9 +105,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from tailcut import attributes as attr
 from tailcut.analysis import _features, _rules
@@ -128,6 +129,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tailcut.analysis._dataset import Dataset
+
+_T = TypeVar("_T")
 
 CATEGORIES: Final = attr.FAILURE_CATEGORIES
 LAYERS: Final = attr.HARNESS_LAYERS
@@ -251,15 +254,20 @@ def _run(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str
 
 
 def _execute(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> None:
-    """Run ``query`` on a cursor of its own (for a worker thread: see :func:`compute_findings`)."""
-    with connection.cursor() as cursor:
-        cursor.execute(query, _rules.named_parameters(query, parameters))
+    """Run one statement that makes a table (no rows back)."""
+    connection.execute(query, _rules.named_parameters(query, parameters))
 
 
-def _run_on_cursor(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> pa.Table:
-    """:func:`_run` on a cursor of its own (for a worker thread)."""
+def _on_cursor(
+    action: Callable[[duckdb.DuckDBPyConnection, str, dict[str, Any]], _T],
+    connection: duckdb.DuckDBPyConnection,
+    query: str,
+    parameters: dict[str, Any],
+) -> _T:
+    """``action`` (:func:`_execute` or :func:`_run`) on a cursor of its own, for a worker thread (see
+    :func:`compute_findings`): a connection object must not be used by two threads at once."""
     with connection.cursor() as cursor:
-        return _run(cursor, query, parameters)
+        return action(cursor, query, parameters)
 
 
 def _problem_rows(problems: pa.Table, category: str, signal: str) -> pa.Table:
@@ -420,13 +428,15 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     parameters = limits.parameters()
     connection = dataset.connection
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tailcut-classify") as pool:
-        scored = pool.submit(_execute, connection, _rules.SCORES_SQL, parameters)  # the traces alone
+        scored = pool.submit(
+            _on_cursor, _execute, connection, _rules.SCORES_SQL, parameters
+        )  # the traces alone
         coverage = _features.usable(dataset, limits)
         partial = coverage is not None and coverage.partial
         written = _features.written_judgments_hold(coverage, limits)
         spans = _features.UNCOVERED_SPANS if partial else "spans" if coverage is None else None
         per_call = _rules.per_call_sql(features=coverage is not None, spans=spans)
-        referenced = pool.submit(_execute, connection, per_call, parameters)
+        referenced = pool.submit(_on_cursor, _execute, connection, per_call, parameters)
         loops = True  # tool_loop judged at classify time (see _far_in_structure)
         if coverage is None:
             scored.result()
@@ -437,7 +447,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
             scored.result()
             loops = not written or _far_in_structure(connection, parameters)
             roles = _features.roles_sql(every=not written, loops=loops)
-            roles_filled = pool.submit(_execute, connection, roles, parameters)
+            roles_filled = pool.submit(_on_cursor, _execute, connection, roles, parameters)
             schemas = (stored.lists, stored.enforced)
             # the traces the features do not describe first: their tool lists and schemas join the book
             if partial:
@@ -459,7 +469,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
             _rules.COST_SQL,
             *(() if written else (_rules.SILENT_SQL,)),
         )
-        running = [pool.submit(_run_on_cursor, connection, q, parameters) for q in judged]
+        running = [pool.submit(_on_cursor, _run, connection, q, parameters) for q in judged]
         drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
         tables = [local, *(r.result() for r in running), _merge_drift(drifts, retries)]
     table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
