@@ -130,6 +130,27 @@ def test_the_tables_of_one_row_per_trace_are_cut_into_row_groups_every_core_can_
         ], table
 
 
+def test_the_ids_of_the_per_trace_tables_are_lz4_without_a_dictionary_and_the_rest_zstd(
+    tmp_path: Path,
+) -> None:
+    spans = pa.concat_tables([spans_table(trace) for trace in range(1, 40)])
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(spans)
+        writer.write_traces(trace_rows(spans, kept=True, decision_reason="embedded"))
+    for table, ids in (("traces", {"trace_id"}), ("trace_features", {"trace_id", "root_span_id"})):
+        (path,) = parts(tmp_path, table)
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        for name in ids:
+            assert columns[name].compression in ("LZ4", "LZ4_RAW"), (table, name)
+            assert "RLE_DICTIONARY" not in columns[name].encodings, (table, name)
+        assert columns["span_count"].compression == "ZSTD"
+    (spans_file,) = parts(tmp_path)
+    group = pq.ParquetFile(spans_file).metadata.row_group(0)
+    assert {group.column(i).compression for i in range(group.num_columns)} == {"ZSTD"}
+    assert query(tmp_path, "count(*)", "trace_features") == [(39,)]
+
+
 def test_rows_are_sorted_by_trace_then_span_index_within_a_row_group(tmp_path: Path) -> None:
     with DataDirWriter(tmp_path, row_group_rows=12) as writer:
         for trace in (9, 3, 7, 1):
