@@ -130,6 +130,15 @@ def test_the_tables_of_one_row_per_trace_are_cut_into_row_groups_every_core_can_
         ], table
 
 
+@pytest.mark.parametrize("table", sorted(schema.TABLES))
+def test_the_column_paths_the_encodings_name_are_those_pyarrow_writes(tmp_path: Path, table: str) -> None:
+    from tailcut.exporters._writer import leaf_paths
+
+    pq.write_table(schema.TABLES[table].empty_table(), tmp_path / "empty.parquet")
+    written = pq.ParquetFile(tmp_path / "empty.parquet").metadata.schema
+    assert leaf_paths(schema.TABLES[table]) == [written.column(i).path for i in range(len(written))]
+
+
 def test_the_ids_of_the_per_trace_tables_are_lz4_without_a_dictionary_and_the_rest_zstd(
     tmp_path: Path,
 ) -> None:
