@@ -105,15 +105,14 @@ def file_options(name: str, level: int | None = None) -> dict[str, Any]:
     ('lz4', 'zstd')
     >>> "trace_id" in options["use_dictionary"], "agent_name" in options["use_dictionary"]
     (False, True)
+    >>> levels = file_options("trace_features", 3)["compression_level"]
+    >>> levels["span_count"], "heavy.list.element.span_id" in levels
+    (3, False)
     """
     if name not in _PER_TRACE_TABLES:
         return {"compression": "zstd", "compression_level": level}
     paths = leaf_paths(schema.TABLES[name])
-    ids = {
-        path
-        for path in paths
-        if path.rsplit(".", 1)[-1] in ("trace_id", "span_id") or path.endswith("_span_id")
-    }
+    ids = {path for path in paths if path.endswith(("trace_id", "span_id"))}
     return {
         "compression": {path: "lz4" if path in ids else "zstd" for path in paths},
         "compression_level": None if level is None else {path: level for path in paths if path not in ids},
