@@ -70,7 +70,11 @@ def _z(value: str, stat: str) -> str:
 
 
 def _spread(value: str, stat: str) -> str:
-    """Median, MAD and 90th percentile of ``value`` (median and Q90 from one sort: ``q_{stat}``)."""
+    """Median, MAD and 90th percentile of ``value`` (median and Q90 from one aggregate: ``q_{stat}``).
+
+    They stay DuckDB's own aggregates. A quantile interpolated anywhere else can differ from DuckDB's in the
+    last bit: its build may fuse the interpolation's multiply and add into one rounding, and a z-score
+    one bit away from a threshold would then flip a finding."""
     return f"quantile_cont({value}, [0.5, 0.9]) AS q_{stat}, mad({value}) AS mad_{stat}"
 
 
