@@ -220,6 +220,12 @@ def _role_fields() -> list[tuple[str, str]]:
     return [(role, field.name) for role, fields in ROLE_FIELDS.items() for field in fields]
 
 
+#: What ``tailcut_piece`` raises for a piece the batch does not hold (written with an earlier batch), so that
+#: :func:`trace_features` tells that expected case from a failure: DuckDB's error names the exception and
+#: its message, not the function that raised it.
+_PIECE_ELSEWHERE: Final = "request piece not in this batch"
+
+
 class _Pieces:
     """The batch's request pieces by (trace, sha256): what ``tailcut_piece`` expands placeholders from."""
 
@@ -243,7 +249,14 @@ class _Pieces:
 
         if text is None:
             return None
-        return expand(text, lambda sha: self.texts[(trace_id, sha)])  # KeyError: the piece is elsewhere
+
+        def piece(sha: str) -> str:
+            try:
+                return self.texts[(trace_id, sha)]
+            except KeyError:
+                raise LookupError(f"{_PIECE_ELSEWHERE}: {sha}") from None
+
+        return expand(text, piece)
 
 
 class Session:
@@ -334,7 +347,7 @@ def trace_features(
         )
     except duckdb.Error as exc:
         session.broken = True
-        if "tailcut_piece" not in str(exc):
+        if _PIECE_ELSEWHERE not in str(exc):
             _logger.warning("trace features not computed for a batch of %d spans: %s", spans.num_rows, exc)
         return None
     except Exception as exc:  # a bug here must not lose the spans being written

@@ -3,6 +3,7 @@ as reading the spans, and are set aside whenever they do not describe exactly th
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tailcut import attributes as attr
+from tailcut._pieces import placeholder
 from tailcut.analysis import Dataset, Thresholds, _features
-from tailcut.exporters import DataDirWriter
+from tailcut.exporters import DataDirWriter, schema
 from tests.analysis_support import read_table, spans_table
 from tests.test_analysis_classify import record_census
 
@@ -219,6 +222,18 @@ def trace_spans(trace_id: str, first: int, count: int) -> list[dict]:
         for i in range(1, count)
     ]
     return [root, *children]
+
+
+def test_a_request_pieced_from_an_earlier_batch_leaves_the_batch_to_the_spans_quietly(caplog):
+    """A request put together from a piece written with an earlier batch: the batch cannot be described on
+    its own, which is expected (its traces are classified from their spans), so nothing is logged."""
+    root, call = trace_spans("ab" * 16, 1, 2)
+    request = '{"messages": [' + placeholder("0" * 64) + "]}"
+    call |= {"kind": "llm", "tool_name": None, "request": request}
+    call["attributes"] = {attr.REQUEST_PIECED: "true"}
+    with caplog.at_level(logging.WARNING):
+        assert _features.trace_features(spans_table([root, call]), schema.PIECES.empty_table()) is None
+    assert not caplog.records, caplog.text
 
 
 def test_a_trace_written_in_two_batches_is_classified_from_its_spans(tmp_path):
