@@ -38,8 +38,8 @@ def sampled(fleet, tmp_path_factory):
 
     The slice is every tenth ticket, not a hash of the trace id: the ids are random, and a 10% slice of
     this fleet's 500 runs (20 of them cost blowups) that holds four or more blowups makes them its own
-    90th percentile, so that none is far from the reference (2 of 40 random slices did). Which slices
-    the estimates hold over is tested across 200 of them
+    90th percentile, so that none is far from the reference (2 of 40 random slices did). How the
+    estimates fare across random slices is tested on 200 of them
     (:func:`test_weighted_intervals_cover_the_true_rates_across_baseline_slices`)."""
     ticket = {r.trace_id: r.ticket_id for r in fleet.runs}
     path = tmp_path_factory.mktemp("sampled") / "data"
