@@ -12,9 +12,9 @@ import gc
 import json
 import signal
 import sys
-import threading
+import time
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -74,7 +74,7 @@ def collect(
     """
     if no_grpc and grpc is not None:
         raise click.UsageError("--grpc and --no-grpc contradict each other")
-    stop = threading.Event()
+    stop = _StopRequest()
     # First of all, so that SIGINT or SIGTERM at any moment of start-up stops the command (it would
     # otherwise land in an import or in start() and be lost or turn into a traceback).
     previous = {sig: signal.signal(sig, _setter(stop)) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -90,7 +90,7 @@ def collect(
 
 
 def _run(
-    config_path: str | None, check: bool, overrides: dict[str, Any], no_grpc: bool, stop: threading.Event
+    config_path: str | None, check: bool, overrides: dict[str, Any], no_grpc: bool, stop: _StopRequest
 ) -> None:
     """Start, wait for a stop signal, stop; a signal before the collector is ready stops it as well."""
     from tailcut.collector import Collector, load_config
@@ -107,8 +107,7 @@ def _run(
         ports = collector.start()
         if not stop.is_set():
             _announce(config, ports)
-        while not stop.wait(0.5):
-            pass
+        stop.wait()
         click.echo("tailcut collect: stopping: deciding pending traces and writing everything", err=True)
         collector.stop()
     summary = collector.processor.summary()
@@ -133,7 +132,35 @@ def _tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def _setter(stop: threading.Event) -> Any:
+class _StopRequest:
+    """Whether SIGTERM or SIGINT has arrived: a flag the signal handler sets, and the main thread polls.
+
+    Not a :class:`threading.Event`. A Python signal handler runs in the main thread between two of its
+    bytecodes, and the main thread is the one waiting for the stop: inside ``Event.wait`` it holds the
+    event's lock, and an ``Event.set`` in the handler then waits for that lock, held by its own thread,
+    forever (the process no longer stops; cpython#126434 is the same trap in ``multiprocessing``). Setting
+    an attribute takes no lock.
+    """
+
+    #: How often the main thread looks at the flag: the longest a stop waits to begin.
+    POLL_SECONDS: Final = 0.1
+
+    def __init__(self) -> None:
+        self._requested = False
+
+    def set(self) -> None:
+        self._requested = True
+
+    def is_set(self) -> bool:
+        return self._requested
+
+    def wait(self) -> None:
+        """Return once the stop was requested."""
+        while not self._requested:
+            time.sleep(self.POLL_SECONDS)
+
+
+def _setter(stop: _StopRequest) -> Any:
     def handler(signum: int, frame: FrameType | None) -> None:
         stop.set()
 

@@ -7,11 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tailcut.collector import cli as collect_command
 from tests.http_support import HEAD
 from tests.test_collector_helpers import (
     KEEP_ERRORS,
@@ -131,3 +133,35 @@ def test_sigint_right_after_ready_stops_the_process(tmp_path):
             process.communicate()
     assert process.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["event"] == "stopped"
+
+
+def waits_out_a_handler_at_every_line(wait, handler) -> bool:
+    """Whether ``wait()`` returns when ``handler`` (a signal handler) runs at every line the waiting thread
+    executes, as a signal may land between any two bytecodes of the main thread."""
+
+    def everywhere(frame, event, arg):
+        if event == "line":
+            handler(signal.SIGTERM, frame)
+        return everywhere
+
+    def waiting() -> None:
+        sys.settrace(everywhere)
+        try:
+            wait()
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=waiting, daemon=True)
+    thread.start()
+    thread.join(10)
+    return not thread.is_alive()
+
+
+def test_a_stop_signal_landing_inside_the_wait_for_it_ends_the_wait():
+    """The wait for the stop survives its own signal handler. With a ``threading.Event`` it did not: the
+    handler's ``set`` waited for the lock the interrupted ``Event.wait`` held, and ``tailcut collect``
+    never stopped (the kill -9 test of the write-ahead log hung on its final SIGTERM once; under this
+    test an ``Event`` stays blocked)."""
+    stop = collect_command._StopRequest()
+    assert waits_out_a_handler_at_every_line(stop.wait, collect_command._setter(stop))
+    assert stop.is_set()
