@@ -77,7 +77,7 @@ def collect(
     stop = _StopRequest()
     # First of all, so that SIGINT or SIGTERM at any moment of start-up stops the command (it would
     # otherwise land in an import or in start() and be lost or turn into a traceback).
-    previous = {sig: signal.signal(sig, _setter(stop)) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         _run(
             config_path, check, {"data": data, "http": http, "metrics": metrics, "grpc": grpc}, no_grpc, stop
@@ -148,7 +148,8 @@ class _StopRequest:
     def __init__(self) -> None:
         self._requested = False
 
-    def set(self) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """The signal handler: the stop is requested."""
         self._requested = True
 
     def is_set(self) -> bool:
@@ -158,13 +159,6 @@ class _StopRequest:
         """Return once the stop was requested."""
         while not self._requested:
             time.sleep(self.POLL_SECONDS)
-
-
-def _setter(stop: _StopRequest) -> Any:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    return handler
 
 
 def _emit(record: dict[str, Any]) -> None:

@@ -163,5 +163,5 @@ def test_a_stop_signal_landing_inside_the_wait_for_it_ends_the_wait():
     never stopped (the kill -9 test of the write-ahead log hung on its final SIGTERM once; under this
     test an ``Event`` stays blocked)."""
     stop = collect_command._StopRequest()
-    assert waits_out_a_handler_at_every_line(stop.wait, collect_command._setter(stop))
+    assert waits_out_a_handler_at_every_line(stop.wait, stop.handle)
     assert stop.is_set()
