@@ -3,7 +3,7 @@
 This is the collector's hot path: it runs on every span, kept or not. A span is parsed with the lazy
 :data:`~tailcut.collector._otlp.SpanFacts` type (attributes as a C-level map of encoded values) and only
 the keys below are looked up; values are compared or decoded from their raw ``AnyValue`` bytes. Kinds
-follow :func:`tailcut.exporters._conventions.resolve_kind` (called only for spans without
+follow :func:`tailcut.exporters.conventions.mapping.resolve_kind` (called only for spans without
 ``tailcut.kind``), and token counts the same fallbacks as the ``input_tokens``/``output_tokens``
 columns, so the signals agree with the stored rows.
 """
@@ -16,10 +16,10 @@ from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.collector._otlp import any_int, any_value, encode_string_value
-from tailcut.exporters import _names as names
-from tailcut.exporters._conventions import COLUMN_SOURCES, KIND_KEYS, resolve_kind
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters._signals import ID_KEYS, trace_cost
+from tailcut.exporters.conventions import names as names
+from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
 
 ERROR_STATUS: Final = 2
 #: Kinds by the encoded ``AnyValue`` of their ``tailcut.kind``.

@@ -15,7 +15,6 @@ Writing in the agent's own process, without a collector::
 """
 
 from tailcut.exporters import schema
-from tailcut.exporters._conventions import KIND_KEYS, resolve_kind
 from tailcut.exporters._errors import BadOtlpInput, DataDirError
 from tailcut.exporters._exporter import ParquetSpanExporter
 from tailcut.exporters._forwarder import OtlpForwarder
@@ -31,6 +30,7 @@ from tailcut.exporters._signals import (
 )
 from tailcut.exporters._spans import normalize_otlp, normalize_sdk
 from tailcut.exporters._writer import DataDirWriter
+from tailcut.exporters.conventions.mapping import KIND_KEYS, resolve_kind
 from tailcut.payloads import PayloadStore
 
 __all__ = [

@@ -1,11 +1,11 @@
 """Turn a batch of decoded spans into rows of the ``spans`` table, column by column.
 
 The mapping (kinds, column sources, rebuilt payloads) is tabulated in
-:mod:`tailcut.exporters._conventions`; this module applies it to a whole batch with array operations. Spans
-that carry ``tailcut.kind`` (the SDK's own) take the array path only; spans from other instrumentations also
-go through :func:`~tailcut.exporters._conventions.resolve_kind` and the payload rebuild one by one, since
-their content is spread over many attributes. Tree columns come from :mod:`._tree`; rows come out sorted by
-trace id, then ``span_index``.
+:mod:`tailcut.exporters.conventions.mapping`; this module applies it to a whole batch with array
+operations. Spans that carry ``tailcut.kind`` (the SDK's own) take the array path only; spans from other
+instrumentations also go through :func:`~tailcut.exporters.conventions.mapping.resolve_kind` and the payload
+rebuild one by one, since their content is spread over many attributes. Tree columns come from
+:mod:`._tree`; rows come out sorted by trace id, then ``span_index``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailcut import attributes as attr
-from tailcut.exporters import _names as n
 from tailcut.exporters import schema
 from tailcut.exporters._batch import INT, OTHER, STR, AttributeColumns, DecodedSpans, take_strings, value_text
-from tailcut.exporters._conventions import (
+from tailcut.exporters._pricing import _PER_TOKEN, default_pricing
+from tailcut.exporters._signals import ID_KEYS
+from tailcut.exporters._tree import TreeShape, tree_shape
+from tailcut.exporters.conventions import names as n
+from tailcut.exporters.conventions.mapping import (
     COLUMN_SOURCES,
     DUPLICATES,
     KIND_KEYS,
@@ -31,10 +34,7 @@ from tailcut.exporters._conventions import (
     source_value,
     synthetic_boundary,
 )
-from tailcut.exporters._messages import CONTENT_EVENTS, is_content_key, rebuild
-from tailcut.exporters._pricing import _PER_TOKEN, default_pricing
-from tailcut.exporters._signals import ID_KEYS
-from tailcut.exporters._tree import TreeShape, tree_shape
+from tailcut.exporters.conventions.messages import CONTENT_EVENTS, is_content_key, rebuild
 from tailcut.signals import NESTED_CALL_KIND
 
 _KIND_CODE: Final = {kind: code for code, kind in enumerate(attr.KINDS)}

@@ -20,8 +20,10 @@ import pyarrow as pa
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut import attributes as attr
-from tailcut.exporters import _names as n
-from tailcut.exporters._conventions import (
+from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters._wire import any_value
+from tailcut.exporters.conventions import names as n
+from tailcut.exporters.conventions.mapping import (
     COLUMN_SOURCES,
     KIND_KEYS,
     first_source,
@@ -29,9 +31,7 @@ from tailcut.exporters._conventions import (
     resolve_kind,
     synthetic_boundary,
 )
-from tailcut.exporters._messages import tool_request_sha256
-from tailcut.exporters._pricing import default_pricing
-from tailcut.exporters._wire import any_value
+from tailcut.exporters.conventions.messages import tool_request_sha256
 from tailcut.exporters.schema import DECISION_REASONS
 from tailcut.signals import SpanSignals, is_nested_call, trace_signals
 

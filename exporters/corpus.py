@@ -15,7 +15,7 @@ The corpus is built in a temporary directory beside ``out`` and renamed into pla
 leaves nothing behind. The format (file names, manifest keys, schemas, integrity check) is defined in
 :mod:`tailcut.exporters.corpus_format`; what is taken from spans of other instrumentations (the run's
 input from its parentless span, third-party llm crossings as Chat Completions exchanges), in
-:mod:`tailcut.exporters._corpus_conventions`. The data dir and ``out`` may be ``s3://bucket/prefix``
+:mod:`tailcut.exporters.conventions.corpus`. The data dir and ``out`` may be ``s3://bucket/prefix``
 URLs (:mod:`._location`): a remote corpus is built locally and uploaded file by file, the manifest last.
 """
 
@@ -39,11 +39,11 @@ from tailcut import attributes as attr
 from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECED_SUFFIX
 from tailcut.canonical import sha256_hex
 from tailcut.errors import TailcutError
-from tailcut.exporters import _corpus_conventions as conventions
 from tailcut.exporters import corpus_format, schema
 from tailcut.exporters._location import Location, location, upload_directory
 from tailcut.exporters._payloads import data_dir_store, resolve_payload
 from tailcut.exporters._pieces import PieceError, PieceReader
+from tailcut.exporters.conventions import corpus as conventions
 from tailcut.payloads import PayloadStore, PayloadStoreError
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from tailcut.canonical import loads
 from tailcut.errors import CorpusError, ReplayError
 from tailcut.exporters import corpus_format
-from tailcut.exporters._corpus_conventions import TAILCUT
 from tailcut.exporters._location import local_directory, location
+from tailcut.exporters.conventions.corpus import TAILCUT
 from tailcut.interceptor import Served
 
 

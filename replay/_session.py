@@ -30,10 +30,10 @@ too (a prompt or a tool schema), which a cut-point test tolerates but reports.
 
 **Crossings other instrumentations recorded.** An ``llm`` envelope recorded by OpenInference,
 OpenLLMetry or the GenAI instrumentor is served like tailcut's own (same boundary and occurrence); its
-live request is compared in the form that convention records (:mod:`tailcut.replay._conventions`). A
-third-party reply is served as a stream of chunk events when the agent streams
-(:mod:`tailcut.replay._chunks`: those conventions record the reply a stream added up to). A
-third-party *tool* envelope is served only when the agent's tool is wrapped for replay
+live request is compared in the form that convention records
+(:mod:`tailcut.exporters.conventions.matching`). A third-party reply is served as a stream of chunk
+events when the agent streams (:mod:`tailcut.replay._chunks`: those conventions record the reply a stream
+added up to). A third-party *tool* envelope is served only when the agent's tool is wrapped for replay
 (``@tailcut.tool``); one never asked for ran live unwrapped, and is reported in ``unwrapped``, not as
 a missing crossing: nothing can tell whether it ran.
 
@@ -67,11 +67,11 @@ from tailcut._run_state import current_run_state
 from tailcut._threads import thread_context
 from tailcut.canonical import loads
 from tailcut.errors import Divergence, ReplayError
+from tailcut.exporters.conventions.matching import Comparison
 from tailcut.interceptor import Crossing, Served, exception_type_name, use_interceptor
 from tailcut.replay._capture import RerunCapture
 from tailcut.replay._cassette import Cassette, Lookup
 from tailcut.replay._chunks import chat_chunks
-from tailcut.replay._conventions import Comparison
 from tailcut.replay._corpus import Envelope
 from tailcut.replay._divergence import (
     DivergenceRecord,

@@ -12,7 +12,7 @@ import pytest
 import tailcut
 from tailcut import _config
 from tailcut.exporters import ParquetSpanExporter
-from tailcut.exporters import _corpus_conventions as conventions
+from tailcut.exporters.conventions import corpus as conventions
 from tailcut.exporters.corpus import CorpusWriteError, Selection, write_corpus
 from tailcut.payloads import PayloadStore
 

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tailcut.canonical import canonicalize
-from tailcut.exporters._messages import _from_openai_message
-from tailcut.replay._conventions import Comparison
+from tailcut.exporters.conventions.matching import Comparison
+from tailcut.exporters.conventions.messages import _from_openai_message
 
 texts = st.text(min_size=1, max_size=12)
 # integers JSON parsers agree on (past 64 bits, one parser gives a float)

@@ -20,11 +20,11 @@ from starlette.testclient import TestClient
 from tailcut.canonical import canonical_json
 from tailcut.cli import cli
 from tailcut.exporters import DataDirWriter, PayloadStore, compute_signals, facts_from_row, traces_row
+from tailcut.exporters.conventions.readable import offending_arguments, readable
 from tailcut.payloads import make_stub
 from tailcut.replay._diff import unified_diff
 from tailcut.ui import BadRequest, Viewer, create_app
 from tailcut.ui._auth import COOKIE, is_loopback
-from tailcut.ui._readable import offending_arguments, readable
 from tailcut.ui._replays import side_by_side
 from tailcut.ui._traces import FILTER_NAMES, TraceQuery
 from tests.analysis_support import spans_table

@@ -30,10 +30,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from tailcut.exporters.conventions.readable import offending_arguments
 from tailcut.ui import _traces
 from tailcut.ui._auth import TokenMiddleware
 from tailcut.ui._errors import BadRequest, NotFound
-from tailcut.ui._readable import offending_arguments
 from tailcut.ui._svg import axis_scale, interval_svg
 from tailcut.ui._viewer import Viewer
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tailcut.exporters.conventions.readable import Message, readable
 from tailcut.ui import _trace, _traces
 from tailcut.ui._errors import BadRequest, NotFound, UiError
 from tailcut.ui._findings import ensure_findings
-from tailcut.ui._readable import Message, readable
 from tailcut.ui._replays import ResultsFile, TraceReplay, load_results, recorded_spans
 
 if TYPE_CHECKING:

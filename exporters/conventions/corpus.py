@@ -37,7 +37,7 @@ genai          "tools", "parameters"}`` (GenAI message model)   ``gen_ai.output.
                                                                 model, finish reason and token usage
 =============  ===============================================  ============================================
 
-What a replay compares of each is in :mod:`tailcut.replay._conventions`.
+What a replay compares of each is in :mod:`tailcut.exporters.conventions.matching`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.canonical import canonicalize, loads
-from tailcut.exporters import _names as n
+from tailcut.exporters.conventions import names as n
 
 TAILCUT: Final = "tailcut"
 OPENINFERENCE: Final = "openinference"

@@ -3,7 +3,7 @@
 tailcut records the request an SDK sends; other conventions record part of it, in their own shape. So a
 live ``llm:openai.chat`` request is matched against a third-party record by comparing the two in the
 shape and with the fields that convention records (the record's request is rebuilt at export, see
-:mod:`tailcut.exporters._corpus_conventions`):
+:mod:`tailcut.exporters.conventions.corpus`):
 
 =============  ============================================================================================
 convention     a match compares
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tailcut.canonical import canonicalize, loads
-from tailcut.exporters._corpus_conventions import GENAI, OPENLLMETRY
+from tailcut.exporters.conventions.corpus import GENAI, OPENLLMETRY
 
 #: Conventions whose llm records are compared in the reduced form below.
 REDUCED: Final = frozenset({OPENLLMETRY, GENAI})

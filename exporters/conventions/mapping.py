@@ -61,7 +61,7 @@ column              sources, in order (convention)
 ``occurrence``,     ``tailcut.occurrence``, ``tailcut.seq``; else numbered per trace in start-time order,
 ``seq``             after any tailcut numbers of the trace (synthesised boundaries only)
 ``attempt``         ``tailcut.attempt`` (null otherwise; signals treat null as a first attempt)
-``request``         ``tailcut.request`` (verbatim); else rebuilt as canonical JSON (``_messages``). llm spans:
+``request``         ``tailcut.request`` (verbatim); else rebuilt as canonical JSON (:mod:`.messages`). llm:
                     ``{"model", "system_instructions", "messages", "tools", "parameters"}`` from
                     ``gen_ai.input.messages``, ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
                     ``gen_ai.prompt`` (v1.26: attribute or ``gen_ai.content.prompt`` event);
@@ -93,7 +93,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 from tailcut import attributes as attr
-from tailcut.exporters import _names as n
+from tailcut.exporters.conventions import names as n
 
 #: Every attribute :func:`resolve_kind` reads (a collector extracting facts needs only these for the kind).
 KIND_KEYS: Final = frozenset(

@@ -6,7 +6,7 @@ into one shape, the OpenTelemetry GenAI message model (``{"role", "parts": [...]
 ``tool_call``, ``tool_call_response`` and ``reasoning`` parts), and the caller encodes it as canonical JSON.
 Every attribute read into a payload is reported as consumed, so it leaves the ``attributes`` map; an
 attribute this module does not understand is never consumed, so nothing is lost. The mapping itself is
-tabulated in :mod:`tailcut.exporters._conventions`.
+tabulated in :mod:`tailcut.exporters.conventions.mapping`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import orjson
 
 from tailcut import attributes as attr
 from tailcut.canonical import canonicalize
-from tailcut.exporters import _names as n
+from tailcut.exporters.conventions import names as n
 
 #: The GenAI request parameters folded into a rebuilt llm request (they also stay in ``attributes``).
 _PARAMETERS: Final = {
