@@ -1,32 +1,45 @@
 """The demo fleet: a support agent written against the real ``openai`` SDK, instrumented with tailcut.
 
 Each run handles one ticket: it reads the customer's history (a memory boundary), retrieves help-center
-articles (a retriever), then loops over chat completions with tools (``search_kb``, ``lookup_order``,
-``refund``, ``update_shipping``, ``send_email``) until the model answers; an evaluator scores the answer
-and the run records its outcome. The ticket mix injects every failure category at a known rate, and
-two harness revisions differ where a fix would:
+articles (a retriever) and, for a ticket about a return, the return from the returns ledger (the
+``returns`` retriever). A form ticket (cancel an order, exchange an item) is turned into a tool call by
+the ``triage`` router and answered from its result; any other ticket loops over chat completions with
+tools (``search_kb``, ``lookup_order``, ``refund``, ``update_shipping``, ``send_email``) until the model
+answers. An evaluator scores the answer and the run records its outcome; the desk's audit fails the run
+when a refund above the limit went out. The ticket mix injects every failure category at a known rate,
+and the two harness revisions (:mod:`tailcut.demo.harness`) differ in six components, each the fix of
+one incident kind:
 
-=================  ======================================================  =========================
-ticket kind        what happens                                            categories (v1 / v2)
-=================  ======================================================  =========================
-``faq``            clean answer from the knowledge base                    none
-``order_status``   one lookup, then an answer                              none
-``refund_small``   lookup, refund under the limit                          none
-``address_change`` v1 shows the model the old ``update_shipping`` schema;  schema_drift +
-                   the service rejects every identical retry               silent_degradation / none
-``refund_large``   refund above the limit: v1's guard is missing, so the   silent_degradation / none
-                   unsafe refund goes through; v2 escalates
-``timeout``        the order backend times out on every retry: the run     error
-                   fails
-``bad_args``       the model sends a string order id (schema says          schema_violation
-                   integer), then corrects itself
-``loop``           the same ``search_kb`` call four times                  tool_loop
-``blowup``         long, token-heavy turns                                 cost_blowup
-``degraded``       completes, but the answer contradicts the KB            silent_degradation
-=================  ======================================================  =========================
+==================  =====================================================  =========================
+ticket kind         what happens                                           categories (v1 / v2)
+==================  =====================================================  =========================
+``faq``             clean answer from the knowledge base                   none
+``order_status``    one lookup, then an answer                             none
+``refund_small``    lookup, refund under the limit                         none
+``address_change``  v1 shows the model the old ``update_shipping`` schema  schema_drift +
+                    and the service rejects the call                       silent_degradation / none
+``refund_large``    refund above the limit: v1's guard crashes, the        error / none
+                    harness fails open, the refund goes out and the audit
+                    fails the run; v2 escalates
+``exchange``        an exchange form: v1's router sends it to ``refund``,  error / none
+                    which cannot take it, and the run fails
+``cancel_order``    a cancel form for a shipped order: the rejection is    tool_loop / none
+                    retried 4 times by v1, taken as final by v2
+``warranty``        v1's prompt lost the rule to quote the order number    silent_degradation / none
+                    in warranty answers, so the answer fails the evaluator
+``return_status``   v1 reads the returns ledger's nightly replica: the     silent_degradation / none
+                    return that arrived today is not there
+``timeout``         the order backend times out on every retry: the run    error
+                    fails
+``bad_args``        the model sends a string order id (schema says         schema_violation
+                    integer), then corrects itself
+``loop``            the same ``search_kb`` call four times                 tool_loop
+``blowup``          long, token-heavy turns                                cost_blowup
+``degraded``        completes, but the answer contradicts the KB           silent_degradation
+==================  =====================================================  =========================
 
-``agent_v1`` / ``agent_v2`` are the entry points ``tailcut replay --agent`` imports; ``reset_desk`` is
-the reset hook and ``check_run`` the check function.
+``agent_v1`` / ``agent_v2`` are the entry points ``tailcut replay --agent`` and ``tailcut validate``
+import; ``reset_desk`` is the reset hook and ``check_run`` the check function.
 """
 
 from __future__ import annotations
@@ -37,18 +50,17 @@ import os
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import tailcut
 from tailcut.attributes import FAILURE_CATEGORIES
+from tailcut.demo import _checks
 from tailcut.demo import support_env as env
+from tailcut.demo.harness import HARNESSES, Harness, Revision
 
 if TYPE_CHECKING:
     from tailcut.replay import Rerun
 
-Revision = Literal["v1", "v2"]
-#: A refund guard: ``guard(order_id=..., amount=...) -> {"allow": bool, "reason": str}``.
-Guard = Callable[..., dict[str, Any]]
 MODEL: Final = "scripted-support-1"
 MODEL_URL_ENV: Final = "TAILCUT_DEMO_MODEL_URL"
 DEFAULT_MODEL_URL: Final = "http://127.0.0.1:8765/v1"
@@ -56,11 +68,15 @@ MAX_STEPS: Final = 8
 
 #: Share of runs of each ticket kind (sums to 1).
 TICKET_MIX: Final[dict[str, float]] = {
-    "faq": 0.36,
-    "order_status": 0.18,
+    "faq": 0.28,
+    "order_status": 0.14,
     "refund_small": 0.10,
     "address_change": 0.08,
     "refund_large": 0.05,
+    "exchange": 0.03,
+    "cancel_order": 0.03,
+    "warranty": 0.03,
+    "return_status": 0.03,
     "timeout": 0.04,
     "bad_args": 0.05,
     "loop": 0.05,
@@ -68,46 +84,34 @@ TICKET_MIX: Final[dict[str, float]] = {
     "degraded": 0.05,
 }
 
+_NONE: Final[dict[str, frozenset[str]]] = {"v1": frozenset(), "v2": frozenset()}
 #: The failure categories each ticket kind injects, per harness revision (the ground truth).
 INJECTED: Final[dict[str, dict[str, frozenset[str]]]] = {
-    "faq": {"v1": frozenset(), "v2": frozenset()},
-    "order_status": {"v1": frozenset(), "v2": frozenset()},
-    "refund_small": {"v1": frozenset(), "v2": frozenset()},
+    "faq": _NONE,
+    "order_status": _NONE,
+    "refund_small": _NONE,
     "address_change": {"v1": frozenset({"schema_drift", "silent_degradation"}), "v2": frozenset()},
-    "refund_large": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
+    "refund_large": {"v1": frozenset({"error"}), "v2": frozenset()},
+    "exchange": {"v1": frozenset({"error"}), "v2": frozenset()},
+    "cancel_order": {"v1": frozenset({"tool_loop"}), "v2": frozenset()},
+    "warranty": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
+    "return_status": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
     "timeout": {"v1": frozenset({"error"}), "v2": frozenset({"error"})},
     "bad_args": {"v1": frozenset({"schema_violation"}), "v2": frozenset({"schema_violation"})},
     "loop": {"v1": frozenset({"tool_loop"}), "v2": frozenset({"tool_loop"})},
     "blowup": {"v1": frozenset({"cost_blowup"}), "v2": frozenset({"cost_blowup"})},
     "degraded": {"v1": frozenset({"silent_degradation"}), "v2": frozenset({"silent_degradation"})},
 }
-CATEGORIES: Final = FAILURE_CATEGORIES
-
-PROMPT_VERSIONS: Final[dict[str, str]] = {"v1": "support-prompt-7", "v2": "support-prompt-8"}
-SYSTEM_PROMPT: Final = (
-    "You are the support desk of an online shop. Use the tools to look up orders, refund them and change "
-    "shipping addresses. Answer briefly and only from the tools' results and the help-center articles."
+#: The incident kinds: one per component v2 fixes, each the kind whose v1 runs show that fault.
+INCIDENT_KINDS: Final = (
+    "refund_large",
+    "exchange",
+    "address_change",
+    "cancel_order",
+    "warranty",
+    "return_status",
 )
-
-
-def _function(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
-def tool_definitions(revision: Revision) -> list[dict[str, Any]]:
-    """The tools as the harness describes them to the model (v1 still describes the old shipping contract)."""
-    shipping = env.SHIPPING_SCHEMA_V1 if revision == "v1" else env.SHIPPING_SCHEMA_V2
-    return [
-        _function("search_kb", "Search the help-center articles.", env.SEARCH_SCHEMA),
-        _function("lookup_order", "Look up an order by id.", env.LOOKUP_SCHEMA),
-        _function("refund", "Refund an order.", env.REFUND_SCHEMA),
-        _function("update_shipping", "Change the shipping address of an order.", shipping),
-        _function("send_email", "Email the customer.", env.EMAIL_SCHEMA),
-    ]
-
+CATEGORIES: Final = FAILURE_CATEGORIES
 
 _clients: dict[str, Any] = {}
 
@@ -123,21 +127,34 @@ def model_client() -> Any:
     return client
 
 
-def _execute(
-    name: str, arguments_json: str, revision: Revision, guard: Guard | None = None
-) -> dict[str, Any]:
+_TOOLS: Final[dict[str, Callable[..., dict[str, Any]]]] = {
+    "search_kb": lambda **a: {"articles": env.search_kb(**a)},
+    "lookup_order": env.lookup_order,
+    "refund": env.refund,
+    "update_shipping": env.update_shipping,
+    "send_email": env.send_email,
+    "cancel_order": env.cancel_order,
+    "exchange_item": env.exchange_item,
+}
+#: What a tool raises that goes back to the model (or the form's answer) instead of failing the run.
+_REPORTED: Final = (env.ToolArgumentError, env.UpstreamRejected, TypeError)
+
+
+def _execute(name: str, arguments_json: str, harness: Harness) -> dict[str, Any]:
     """Run one tool call the model asked for; argument and backend rejections go back to the model.
 
-    ``guard`` replaces the revision's refund guard (a benchmark's mutant, say); it should be a
-    ``@tailcut.router(name="refund_guard")`` function so a cut-point replay can run it live.
+    A refund passes the harness's guard first; a guard that cannot decide lets it through (the harness
+    fails open, so a broken guard never blocks the desk).
     """
     try:
         arguments = json.loads(arguments_json or "{}")
     except json.JSONDecodeError as exc:
         return {"error": f"arguments are not JSON: {exc}"}
     if name == "refund":
-        guard = guard or (env.refund_guard_v1 if revision == "v1" else env.refund_guard_v2)
-        verdict = guard(order_id=arguments.get("order_id"), amount=arguments.get("amount"))
+        try:
+            verdict = harness.guard(order_id=arguments.get("order_id"), amount=arguments.get("amount"))
+        except env.GuardError as exc:
+            verdict = {"allow": True, "reason": f"guard unavailable ({exc}); failing open"}
         if not verdict["allow"]:
             return {"escalated": True, "reason": verdict["reason"]}
     tool = _TOOLS.get(name)
@@ -145,82 +162,127 @@ def _execute(
         return {"error": f"unknown tool {name}"}
     try:
         return tool(**arguments)
-    except (env.ToolArgumentError, env.UpstreamRejected, TypeError) as exc:
+    except _REPORTED as exc:
         return {"error": str(exc)}
 
 
-_TOOLS: Final[dict[str, Callable[..., dict[str, Any]]]] = {
-    "search_kb": lambda **a: {"articles": env.search_kb(**a)},
-    "lookup_order": env.lookup_order,
-    "refund": env.refund,
-    "update_shipping": env.update_shipping,
-    "send_email": env.send_email,
-}
+def _act(call: Mapping[str, Any], harness: Harness) -> dict[str, Any]:
+    """Run the tool call a form was routed to, retrying failed attempts as the harness's policy says."""
+    tool = _TOOLS[call["tool"]]
+    attempt = 1
+    while True:
+        try:
+            return tool(**call["arguments"])
+        except (*_REPORTED, env.BackendTimeout) as exc:
+            if not harness.retry(exc, attempt):
+                return {"error": str(exc)}
+            attempt += 1
+
+
+def _form_answer(form: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+    order_id = form.get("order_id")
+    if "error" in result:
+        return f"Your {form.get('action')} of order {order_id} could not be done: {result['error']}."
+    if result.get("cancelled"):
+        return f"Order {order_id} is cancelled."
+    if result.get("booked"):
+        return f"Your exchange of order {order_id} for {result.get('exchange')} is booked."
+    return f"Your {form.get('action')} of order {order_id} is done."
+
+
+def _converse(
+    ticket: Mapping[str, Any], context: str, harness: Harness, refunds: list[dict[str, Any]]
+) -> str:
+    """The model loop: chat completions with tools until the model answers (at most ``MAX_STEPS``)."""
+    client = model_client()
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": harness.prompt},
+        {"role": "user", "content": f"{env_ticket_line(ticket)}\n{context}"},
+    ]
+    for _ in range(MAX_STEPS):
+        completion = client.chat.completions.create(
+            model=MODEL, messages=messages, tools=list(harness.tools), temperature=0, seed=7
+        )
+        message = completion.choices[0].message
+        messages.append(message.model_dump(mode="json", exclude_none=True))
+        if not message.tool_calls:
+            return message.content or ""
+        for call in message.tool_calls:
+            with tailcut.tool_call_id(call.id):
+                result = _execute(call.function.name, call.function.arguments, harness)
+            if call.function.name == "refund" and "refunded" in result:
+                refunds.append(result)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+    return ""
 
 
 def evaluate(ticket: Mapping[str, Any], answer: str, refunds: list[dict[str, Any]]) -> tuple[str, float]:
-    """Score the answer like an evaluator would: (outcome, score)."""
+    """Score the answer like an evaluator would: (outcome, score). ``refunds`` are the run's refunds."""
     kind = ticket["kind"]
-    if any(r["order_id"] == ticket.get("order_id") and r["amount"] > env.REFUND_LIMIT for r in refunds):
+    if any(r.get("refunded", 0) > env.REFUND_LIMIT for r in refunds):
         return "fail", 0.0  # an unsafe action went through
-    if kind in ("faq", "blowup", "degraded"):
-        return ("pass", 0.9) if "14 days" in answer else ("fail", 0.2)
-    if kind == "address_change":
-        return ("pass", 0.9) if "updated" in answer else ("fail", 0.1)
-    if kind == "refund_large":
-        return ("pass", 0.9) if "escalated" in answer else ("fail", 0.0)
-    return "pass", 0.85
+    wanted = {
+        "faq": "14 days",
+        "blowup": "14 days",
+        "degraded": "14 days",
+        "address_change": "updated",
+        "refund_large": "escalated",
+        "exchange": "is booked",
+        "warranty": f"order {ticket.get('order_id')}",
+        "return_status": "arrived",
+    }.get(kind)
+    if wanted is None:
+        return "pass", 0.85
+    return ("pass", 0.9) if wanted in answer else ("fail", 0.1)
+
+
+def _audit(refunds: list[dict[str, Any]]) -> None:
+    """The desk's audit: a refund above the limit that went out fails the run, whatever it answered."""
+    for refund in refunds:
+        if refund.get("refunded", 0) > env.REFUND_LIMIT:
+            raise env.PolicyViolation(
+                f"refund of {refund['refunded']} on order {refund.get('order_id')} is above the "
+                f"{env.REFUND_LIMIT} limit and was not approved"
+            )
 
 
 def handle_ticket(
     ticket: Mapping[str, Any],
-    revision: Revision,
+    harness: Harness,
     *,
     on_trace: Callable[[str | None], None] | None = None,
-    guard: Guard | None = None,
 ) -> str:
     """Handle one support ticket as one recorded run; returns the answer sent to the customer.
 
-    ``on_trace`` receives the run's trace id as soon as the run starts (the fleet keeps it as truth);
-    ``guard`` replaces the revision's refund guard.
+    ``harness`` is a revision (``HARNESSES["v1"]``) or a variant of one; ``on_trace`` receives the run's
+    trace id as soon as the run starts (the fleet keeps it as truth).
     """
-    client = model_client()
     with tailcut.run(
         "support-agent",
         input=dict(ticket),
-        prompt_version=PROMPT_VERSIONS[revision],
-        harness_revision=revision,
+        prompt_version=harness.prompt_version,
+        harness_revision=harness.revision,
         env_revision="desk-2026.11",
         initial_state=env.DESK.state_id(),
     ) as run:
         if on_trace is not None:
             on_trace(run.trace_id)
-        history = env.customer_history(ticket["customer"])
-        articles = env.kb_retrieve(ticket["text"])
-        context = json.dumps({"history": history, "articles": articles}, sort_keys=True)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"{env_ticket_line(ticket)}\n{context}"},
-        ]
-        answer = ""
-        for _ in range(MAX_STEPS):
-            completion = client.chat.completions.create(
-                model=MODEL, messages=messages, tools=tool_definitions(revision), temperature=0, seed=7
-            )
-            message = completion.choices[0].message
-            messages.append(message.model_dump(mode="json", exclude_none=True))
-            if not message.tool_calls:
-                answer = message.content or ""
-                break
-            for call in message.tool_calls:
-                with tailcut.tool_call_id(call.id):
-                    result = _execute(call.function.name, call.function.arguments, revision, guard)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
-        with env.DESK.lock:
-            refunds = list(env.DESK.refunds)
+        refunds: list[dict[str, Any]] = []
+        form = ticket.get("form")
+        if form:  # a form needs no conversation: the router turns it into a tool call
+            answer = _form_answer(form, _act(harness.triage(dict(form)), harness))
+        else:
+            facts: dict[str, Any] = {
+                "history": env.customer_history(ticket["customer"]),
+                "articles": env.kb_retrieve(ticket["text"]),
+            }
+            if "rma" in ticket:
+                facts["returns"] = harness.returns(ticket["rma"])
+            answer = _converse(ticket, json.dumps(facts, sort_keys=True), harness, refunds)
         outcome, score = evaluate(ticket, answer, refunds)
         run.set_output(answer)
         run.set_outcome(outcome, score)  # type: ignore[arg-type]
+        _audit(refunds)
         return answer
 
 
@@ -231,13 +293,13 @@ def env_ticket_line(ticket: Mapping[str, Any]) -> str:
 
 
 def agent_v1(ticket: Mapping[str, Any]) -> str:
-    """Entry point of harness revision v1 (faulty: stale shipping contract, no refund guard)."""
-    return handle_ticket(ticket, "v1")
+    """Entry point of harness revision v1 (the six faults of :mod:`tailcut.demo.harness`)."""
+    return handle_ticket(ticket, HARNESSES["v1"])
 
 
 def agent_v2(ticket: Mapping[str, Any]) -> str:
-    """Entry point of harness revision v2 (the shipping contract fixed, the refund guard added)."""
-    return handle_ticket(ticket, "v2")
+    """Entry point of harness revision v2 (the six fixes)."""
+    return handle_ticket(ticket, HARNESSES["v2"])
 
 
 def reset_desk(ticket: Mapping[str, Any] | None = None) -> None:
@@ -252,22 +314,17 @@ def reset_desk(ticket: Mapping[str, Any] | None = None) -> None:
 
 
 def check_run(rerun: Rerun) -> tuple[bool, str]:
-    """Check function for replays: no refund above the limit went through, and the run did not fail.
+    """Check function for replays: the rerun broke none of the properties of :mod:`tailcut.demo._checks`.
 
-    A refund counts whether it ran live or was served from the record: in a cut-point replay with the
-    guard live, a served refund above the limit is the recorded unsafe action that the guard under test
-    let through.
+    Each property judges only what the code under test decided. A refund above the limit counts whether
+    it ran live or was served from the record when the guard that let it through ran live: in a
+    cut-point replay with the guard live, a served refund above the limit is the recorded unsafe action
+    that the guard under test let through; with the guard served, it is the record's own decision.
     """
-    for crossing in rerun.crossings:
-        if crossing.boundary != "tool:refund" or crossing.error_type is not None:
-            continue
-        amount = (crossing.request or {}).get("amount")
-        if isinstance(amount, int | float) and amount > env.REFUND_LIMIT:
-            how = "served from the record" if crossing.served else crossing.status
-            return False, f"unsafe refund of {amount} went through ({how})"
-    if rerun.error is not None:
-        return False, f"{type(rerun.error).__name__}: {rerun.error}"
-    return True, "no unsafe refund"
+    problem = _checks.first_problem(rerun)
+    if problem is not None:
+        return False, problem
+    return True, "no unsafe refund, misrouted form, refused contract, repeated rejection or stale answer"
 
 
 @dataclass(frozen=True)
@@ -282,27 +339,6 @@ class FleetRun:
     failed: bool
 
 
-def make_tickets(n: int, seed: int) -> Iterator[tuple[dict[str, Any], Revision]]:
-    """``n`` tickets drawn from :data:`TICKET_MIX`, half under each revision (reproducible from ``seed``)."""
-    rng = random.Random(seed)
-    kinds, weights = zip(*TICKET_MIX.items(), strict=True)
-    for i in range(n):
-        kind = rng.choices(kinds, weights)[0]
-        order_id = 1000 + i
-        amount = (
-            round(rng.uniform(600, 5000), 2) if kind == "refund_large" else round(rng.uniform(10, 300), 2)
-        )
-        ticket = {
-            "ticket_id": i,
-            "kind": kind,
-            "customer": f"c-{rng.randrange(1, 400)}",
-            "order_id": order_id,
-            "amount": amount,
-            "text": _TICKET_TEXT[kind],
-        }
-        yield ticket, ("v1" if rng.random() < 0.5 else "v2")
-
-
 _TICKET_TEXT: Final = {
     "faq": "How long do refunds take?",
     "degraded": "How long do refunds take?",
@@ -314,11 +350,44 @@ _TICKET_TEXT: Final = {
     "refund_small": "Please refund my order.",
     "refund_large": "Please refund my order.",
     "address_change": "Please change my shipping address.",
+    "exchange": "Please exchange my order for another size.",
+    "cancel_order": "Please cancel my order.",
+    "warranty": "My kettle stopped working. Is it still under warranty?",
+    "return_status": "I sent my return back. Has it arrived?",
 }
+#: The form a form ticket carries: its action and the fields the form asks for.
+_FORMS: Final = {"exchange": {"action": "exchange", "item": "size M"}, "cancel_order": {"action": "cancel"}}
+
+
+def make_tickets(n: int, seed: int) -> Iterator[tuple[dict[str, Any], Revision]]:
+    """``n`` tickets drawn from :data:`TICKET_MIX`, half under each revision (reproducible from ``seed``)."""
+    rng = random.Random(seed)
+    kinds, weights = zip(*TICKET_MIX.items(), strict=True)
+    for i in range(n):
+        kind = rng.choices(kinds, weights)[0]
+        order_id = 1000 + i
+        amount = (
+            round(rng.uniform(600, 5000), 2) if kind == "refund_large" else round(rng.uniform(10, 300), 2)
+        )
+        ticket: dict[str, Any] = {
+            "ticket_id": i,
+            "kind": kind,
+            "customer": f"c-{rng.randrange(1, 400)}",
+            "order_id": order_id,
+            "amount": amount,
+            "text": _TICKET_TEXT[kind],
+        }
+        if kind in _FORMS:
+            ticket["form"] = {**_FORMS[kind], "order_id": order_id}
+        if kind == "return_status":
+            ticket["rma"] = f"RMA-{order_id}"
+        yield ticket, ("v1" if rng.random() < 0.5 else "v2")
 
 
 def _prepare_order(ticket: Mapping[str, Any]) -> None:
     env.DESK.ensure_order(ticket["order_id"], ticket["amount"], outage=ticket["kind"] == "timeout")
+    if "rma" in ticket:
+        env.DESK.receive_return(ticket["rma"], ticket["order_id"])
 
 
 def run_one(ticket: dict[str, Any], revision: Revision) -> FleetRun:
@@ -327,7 +396,7 @@ def run_one(ticket: dict[str, Any], revision: Revision) -> FleetRun:
     trace_ids: list[str | None] = []
     failed = False
     try:
-        handle_ticket(ticket, revision, on_trace=trace_ids.append)
+        handle_ticket(ticket, HARNESSES[revision], on_trace=trace_ids.append)
     except Exception:
         failed = True
     trace_id = trace_ids[0] if trace_ids else None

@@ -5,12 +5,14 @@ It stands in for a hosted model (which cannot run here) behind the loopback serv
 fleet's failure modes happen at exactly the rates the ticket mix sets. Each ticket kind scripts a
 realistic trajectory, including the ones that go wrong: arguments that break a tool's schema, a tool
 called again and again, a cost blowup, a confidently wrong answer, and arguments that follow the old
-contract of a tool whose schema changed.
+contract of a tool whose schema changed. Like a real model it follows what the harness shows it: the
+tool schemas it is sent, the instructions of the system prompt and the facts of the ticket's context.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,10 @@ from tailcut.testing import ReceivedRequest, ScriptedReply, TokenUsage, ToolCall
 
 TICKET_MARKER = "TICKET "
 BLOWUP_USAGE = TokenUsage(14000, 2600)
+#: The system prompt's instruction to quote the order number in warranty answers, unless negated.
+QUOTE_RULE_PATTERN = re.compile(
+    r"(?<!never )(?<!not )quote the order number in (every|each|all) warranty answers?", re.I
+)
 
 
 @dataclass(frozen=True)
@@ -30,12 +36,29 @@ class Step:
     result: str
 
 
-def _ticket(messages: list[Mapping[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Turn:
+    """What the model is shown at one step: the ticket, its context, the steps so far, tools and prompt."""
+
+    ticket: dict[str, Any]
+    context: dict[str, Any]
+    steps: list[Step]
+    tools: list[Mapping[str, Any]]
+    system: str
+
+
+def ticket_context(messages: list[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ticket and its context (history, articles, ...) from the conversation's ticket message."""
     for message in messages:
         content = message.get("content")
         if message.get("role") == "user" and isinstance(content, str) and content.startswith(TICKET_MARKER):
-            return json.loads(content[len(TICKET_MARKER) :].split("\n", 1)[0])
+            ticket_line, _, context = content[len(TICKET_MARKER) :].partition("\n")
+            return json.loads(ticket_line), json.loads(context) if context else {}
     raise ValueError("no ticket in the conversation")
+
+
+def _system(messages: list[Mapping[str, Any]]) -> str:
+    return next((str(m.get("content", "")) for m in messages if m.get("role") == "system"), "")
 
 
 def _steps(messages: list[Mapping[str, Any]]) -> list[Step]:
@@ -68,36 +91,38 @@ def support_responder(request: ReceivedRequest) -> ScriptedReply:
     """Answer one chat-completions request of the support agent."""
     body = request.body
     messages = list(body.get("messages", []))
-    ticket = _ticket(messages)
-    steps = _steps(messages)
-    policy = _POLICIES[ticket["kind"]]
-    return policy(ticket, steps, list(body.get("tools", [])))
+    ticket, context = ticket_context(messages)
+    turn = Turn(ticket, context, _steps(messages), list(body.get("tools", [])), _system(messages))
+    return _POLICIES[ticket["kind"]](turn)
 
 
-def _faq(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
+def _faq(turn: Turn) -> ScriptedReply:
     return ScriptedReply(text="Refunds are issued within 14 days to the original card.")
 
 
-def _degraded(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
+def _degraded(turn: Turn) -> ScriptedReply:
     # Completes without error, but the answer contradicts the knowledge base.
     return ScriptedReply(text="Refunds can take up to 90 days and are paid as store credit.")
 
 
-def _order_status(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
-    if not steps:
-        return _call("lookup_order", order_id=ticket["order_id"])
-    return ScriptedReply(text=f"Your order {ticket['order_id']} has shipped.")
+def _order_status(turn: Turn) -> ScriptedReply:
+    order_id = turn.ticket["order_id"]
+    if not turn.steps:
+        return _call("lookup_order", order_id=order_id)
+    return ScriptedReply(text=f"Your order {order_id} has shipped.")
 
 
-def _bad_args(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
-    if not steps:  # the schema says integer; the model sends the display form
-        return _call("lookup_order", order_id=f"ORD-{ticket['order_id']}")
-    if len(steps) == 1:
-        return _call("lookup_order", order_id=ticket["order_id"])
-    return ScriptedReply(text=f"Your order {ticket['order_id']} has shipped.")
+def _bad_args(turn: Turn) -> ScriptedReply:
+    order_id = turn.ticket["order_id"]
+    if not turn.steps:  # the schema says integer; the model sends the display form
+        return _call("lookup_order", order_id=f"ORD-{order_id}")
+    if len(turn.steps) == 1:
+        return _call("lookup_order", order_id=order_id)
+    return ScriptedReply(text=f"Your order {order_id} has shipped.")
 
 
-def _refund(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
+def _refund(turn: Turn) -> ScriptedReply:
+    ticket, steps = turn.ticket, turn.steps
     if not steps:
         return _call("lookup_order", order_id=ticket["order_id"])
     if len(steps) == 1:
@@ -107,34 +132,34 @@ def _refund(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> Scri
     return ScriptedReply(text=f"I have refunded {ticket['amount']:.2f} to your card.")
 
 
-def _address(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
-    if not steps:
+def _address(turn: Turn) -> ScriptedReply:
+    order_id = turn.ticket["order_id"]
+    if not turn.steps:
         # The model follows the contract it is shown; v1 still shows the old one.
-        schema = _sent_schema(tools, "update_shipping")
-        if "shipping_address" in schema.get("properties", {}):
+        shown = _sent_schema(turn.tools, "update_shipping").get("properties", {})
+        if shown.get("shipping_address", {}).get("type") == "object":
             return _call(
                 "update_shipping",
-                order_id=ticket["order_id"],
+                order_id=order_id,
                 shipping_address={"street": "9 New Street", "city": "Shelbyville", "zip": "12345"},
             )
-        return _call(
-            "update_shipping", order_id=ticket["order_id"], address="9 New Street, 12345 Shelbyville"
-        )
-    if "error" in steps[-1].result:
+        field = "shipping_address" if "shipping_address" in shown else "address"
+        return _call("update_shipping", order_id=order_id, **{field: "9 New Street, 12345 Shelbyville"})
+    if "error" in turn.steps[-1].result:
         return ScriptedReply(text="I'm sorry, I could not change the address right now.")
     return ScriptedReply(text="Your shipping address has been updated.")
 
 
-def _loop(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
-    if len(steps) < 4:  # keeps asking the same thing, as if the answer never arrived
+def _loop(turn: Turn) -> ScriptedReply:
+    if len(turn.steps) < 4:  # keeps asking the same thing, as if the answer never arrived
         return _call("search_kb", query="where is my order")
     return ScriptedReply(text="Standard shipping takes 3 to 5 business days.")
 
 
-def _blowup(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
-    if len(steps) < 2:
+def _blowup(turn: Turn) -> ScriptedReply:
+    if len(turn.steps) < 2:
         return ScriptedReply(
-            tool_calls=[ToolCall("search_kb", {"query": f"refund policy part {len(steps)}"})],
+            tool_calls=[ToolCall("search_kb", {"query": f"refund policy part {len(turn.steps)}"})],
             usage=BLOWUP_USAGE,
         )
     return ScriptedReply(
@@ -142,8 +167,24 @@ def _blowup(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> Scri
     )
 
 
-def _timeout(ticket: dict[str, Any], steps: list[Step], tools: list[Any]) -> ScriptedReply:
-    return _order_status(ticket, steps, tools)
+def _timeout(turn: Turn) -> ScriptedReply:
+    return _order_status(turn)
+
+
+def _warranty(turn: Turn) -> ScriptedReply:
+    # Quotes the order number only when the system prompt says to (v1's prompt edit dropped the rule).
+    quoted = f" for order {turn.ticket['order_id']}" if QUOTE_RULE_PATTERN.search(turn.system) else ""
+    return ScriptedReply(
+        text=f"Your kettle is covered by our 2-year warranty; a replacement is on its way{quoted}."
+    )
+
+
+def _return_status(turn: Turn) -> ScriptedReply:
+    # Answers from the returns the harness retrieved: an empty list reads as "not arrived".
+    rma = turn.ticket["rma"]
+    if any(r.get("status") == "received" for r in turn.context.get("returns") or ()):
+        return ScriptedReply(text=f"Your return {rma} arrived; the refund is on its way.")
+    return ScriptedReply(text=f"We have not received your return {rma} yet.")
 
 
 _POLICIES = {
@@ -157,4 +198,6 @@ _POLICIES = {
     "loop": _loop,
     "blowup": _blowup,
     "timeout": _timeout,
+    "warranty": _warranty,
+    "return_status": _return_status,
 }
