@@ -110,6 +110,7 @@ def select_corpus(
     seed: int = 0,
     per_category: int | None = None,
     overwrite: bool = False,
+    with_incidents: bool = True,
 ) -> CorpusSelection:
     """Select incidents and a stratified baseline sample, and write them as a replay corpus.
 
@@ -135,6 +136,8 @@ def select_corpus(
         Default: every incident.
     overwrite : bool, default False
         Replace an existing corpus at ``out``.
+    with_incidents : bool, default True
+        Take the incidents; False selects the baseline sample alone (``tailcut validate``'s golden slice).
 
     Returns
     -------
@@ -179,7 +182,7 @@ def select_corpus(
     ).to_pylist()
     order = {c: i for i, c in enumerate(CATEGORIES)}
     incidents = sorted(
-        (r for r in rows if r["found"]),
+        (r for r in rows if r["found"] and with_incidents),
         key=lambda r: (min(order[c] for c in r["found"]), r["trace_id"]),
     )
     incident_fraction: dict[str, float] = {}

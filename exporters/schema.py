@@ -258,6 +258,24 @@ REPLAY_RESULTS: Final = pa.schema(
     metadata={TABLE_KEY: b"replay_results", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
+#: What ``tailcut validate --out`` writes: one row per rerun, the :data:`REPLAY_RESULTS` columns (``passed``
+#: is the validation's judgement of the rerun) plus which agent ran it, on which sample, cut where.
+VALIDATE_RESULTS: Final = pa.schema(
+    [
+        *REPLAY_RESULTS,
+        _f("role", pa.string(), False),  # new (the candidate agent) or baseline (the old one)
+        _f("sample", pa.string(), False),  # incident or golden
+        _f("agent", pa.string(), False),  # the entry point, module:function
+        _f("live", pa.list_(pa.string()), False),  # the boundaries that ran live (the cut)
+        _f("check_passed", pa.bool_()),  # what the check said, whatever diverged
+        _f("finding_category", pa.string()),  # the incident's finding the cut came from
+        _f("finding_boundary", pa.string()),
+        _f("finding_layer", pa.string()),
+        _f("verdict", pa.string(), False),  # the trace's: resolved, not resolved, broken, fixed, ...
+    ],
+    metadata={TABLE_KEY: b"validate_results", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
 #: ``DATA/pieces``: the LLM request pieces of each trace, one row per distinct piece (``tailcut._pieces``).
 PIECES: Final = pa.schema(
     [
@@ -392,6 +410,7 @@ TABLES: Final = {
     "corpus_runs": CORPUS_RUNS,
     "corpus_envelopes": CORPUS_ENVELOPES,
     "replay_results": REPLAY_RESULTS,
+    "validate_results": VALIDATE_RESULTS,
 }
 
 

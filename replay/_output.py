@@ -72,6 +72,23 @@ def exit_status(report: ReplayReport, *, strict: bool = True) -> int:
     return EXIT_PASSED
 
 
+def pass_rate_record(passed: int, n: int) -> dict[str, Any]:
+    """Passed reruns of ``n`` as the analysis commands write an estimate, with its 95% Wilson interval."""
+    from tailcut.analysis.stats import wilson_interval
+
+    low, high = wilson_interval(passed, n)
+    return {
+        "value": passed / n if n else None,
+        "numerator": passed,
+        "denominator": n,
+        "low": low,
+        "high": high,
+        "confidence": _CONFIDENCE,
+        "method": "wilson",
+        "sample": "reruns",
+    }
+
+
 def _trace(summary: TraceSummary) -> dict[str, Any]:
     return {
         "trace_id": summary.trace_id,
@@ -82,16 +99,7 @@ def _trace(summary: TraceSummary) -> dict[str, Any]:
         "failed": summary.failed,
         "diverged": summary.diverged,
         "rate": summary.rate,
-        "pass_rate": {
-            "value": summary.passed / summary.n if summary.n else None,
-            "numerator": summary.passed,
-            "denominator": summary.n,
-            "low": summary.low,
-            "high": summary.high,
-            "confidence": _CONFIDENCE,
-            "method": "wilson",
-            "sample": "reruns",
-        },
+        "pass_rate": pass_rate_record(summary.passed, summary.n),
         "bit_stable": summary.bit_stable,
         "not_live": summary.not_live,
         "first_divergence": summary.first_divergence,

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "select": ("tailcut.analysis.cli:select", "Select incident and baseline traces into a replay corpus."),
     "export-corpus": ("tailcut.exporters.cli:export_corpus", "Write given traces as a replay corpus."),
     "replay": ("tailcut.replay.cli:replay", "Replay a corpus: recorded, live or cut-point."),
+    "validate": ("tailcut.replay.cli:validate", "Test a fix against recorded incidents: one verdict."),
     "ui": ("tailcut.ui.cli:ui", "Browse traces, spans, findings and replays in a local web viewer."),
 }
 
