@@ -9,6 +9,12 @@ false) and the baseline slice (``baseline`` true) are reported side by side, sin
 uniform sample of the traffic; a 1/π-weighted (Hájek) pass rate over all paired traces is given beside
 them. The verdict applies the rule of :func:`tailcut.analysis._verdict.decide` to the paired
 intervals of failure rate (B − A): one test, so no multiple-comparison adjustment.
+
+A ``tailcut validate`` results file (``validate_results``: a ``role`` column) holds the reruns of both
+agents: as A it stands for the baseline agent's reruns, as B for the new agent's, so
+``tailcut compare --results validate.parquet validate.parquet`` compares the old code with the fix on the
+incidents (fixed) and the golden slice (broken); with a ``tailcut replay`` file on the other side, the
+one agent's reruns are paired with that replay's.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 _REQUIRED: Final = ("trace_id", "rerun", "passed", "baseline", "inclusion_probability", "mode")
+#: The ``role`` of a validate results file's reruns each side of a comparison takes.
+_VALIDATE_ROLES: Final = {"a": "baseline", "b": "new"}
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,10 @@ class ResultsComparison:
         console.print("a trace passes in a file when all its reruns passed")
 
 
-def _read(path: Path) -> dict[str, _Trace]:
-    """Per trace of one results file: passed (all reruns), reruns, baseline, π, category, mode."""
+def _read(path: Path, side: str) -> dict[str, _Trace]:
+    """Per trace of one results file: passed (all reruns), reruns, baseline, π, category, mode.
+
+    Of a validate results file, the reruns of the agent ``side`` (``a`` or ``b``) stands for."""
     import pyarrow.parquet as pq
 
     if not path.is_file():
@@ -190,6 +200,10 @@ def _read(path: Path) -> dict[str, _Trace]:
         raise ResultsFileError(
             f"{path}: not a replay-results file (no column {', '.join(missing)}; written by `tailcut replay`)"
         )
+    if "role" in table.column_names:
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.equal(table["role"], _VALIDATE_ROLES[side]))
     if table.num_rows == 0:
         raise ResultsFileError(f"{path}: no reruns in the file")
     rows: dict[str, list[dict[str, Any]]] = {}
@@ -254,7 +268,7 @@ def compare_results(first: str | os.PathLike[str], second: str | os.PathLike[str
         If a file is missing, unreadable, not of the ``replay_results`` schema, or the files share no trace.
     """
     path_a, path_b = Path(first), Path(second)
-    traces_a, traces_b = _read(path_a), _read(path_b)
+    traces_a, traces_b = _read(path_a, "a"), _read(path_b, "b")
     shared = sorted(set(traces_a) & set(traces_b))
     if not shared:
         raise ResultsFileError(f"{path_a} and {path_b} share no trace: are they replays of the same corpus?")

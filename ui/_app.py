@@ -9,6 +9,8 @@ Routes (all ``GET``, the app is read-only):
 ``/api/traces/{trace_id}/spans/{span_id}/{part}``      a whole request or response, as JSON
 ``/compare?by=COLUMN&a=A&b=B``                         the verdict table of ``tailcut compare --by``
 ``/replays``                                           every ``--results`` file: rates and divergences
+``/replays/{name}/incidents/{trace_id}``               one incident of a validation: new vs baseline,
+                                                       the cut, and the golden slice
 ``/static/...``                                        the CSS and JavaScript shipped in the package
 =====================================================  ===================================================
 """
@@ -155,6 +157,10 @@ def create_app(
     def replays(request: Request) -> Response:
         return page(request, "replays.html", results=viewer.results, viewer=viewer)
 
+    def incident(request: Request) -> Response:
+        file, found = viewer.incident(request.path_params["name"], request.path_params["trace_id"].lower())
+        return page(request, "incident.html", file=file, incident=found, viewer=viewer)
+
     async def not_found(request: Request, exc: Exception) -> Response:
         message = str(exc.detail) if isinstance(exc, HTTPException) else str(exc)
         return page(request, "404.html", status=404, message=message, path=request.url.path)
@@ -179,6 +185,7 @@ def create_app(
         Route("/api/traces/{trace_id}/spans/{span_id}/{part}", payload),
         Route("/compare", compare),
         Route("/replays", replays),
+        Route("/replays/{name}/incidents/{trace_id}", incident),
         Mount("/static", StaticFiles(packages=[("tailcut.ui", "static")]), name="static"),
     ]
     app = Starlette(

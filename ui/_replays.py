@@ -1,11 +1,16 @@
-"""Replay results files (what ``tailcut replay --out`` writes) as the viewer shows them.
+"""Replay results files (what ``tailcut replay --out`` and ``tailcut validate --out`` write) as the viewer
+shows them.
 
 Each trace of a file is one rate line with its mode and denominator and its 95% Wilson interval, the way
-``tailcut replay`` prints it (``intermittent 3/10 (live)``). A rerun's row keeps its first divergence
-(``divergence``, with a unified diff of the recorded and live requests as indented JSON) and the count of
-all of them; the viewer shows each stored divergence as a side-by-side diff rebuilt from those hunks,
-linked to the recorded span: the span of the same trace whose ``seq`` is the divergence's
-``recorded_seq``.
+``tailcut replay`` prints it (``intermittent 3/10 (live)``). A validate results file holds two agents'
+reruns of each trace: they are two lines (``role`` new and baseline), each counted as the validation
+judged it (the check, divergences reported beside), and the file carries the validation's summary (its
+``--format json`` object), which the replays page and each incident's page show.
+
+A rerun's row keeps its first divergence (``divergence``, with a unified diff of the recorded and live
+requests as indented JSON) and the count of all of them; the viewer shows each stored divergence as a
+side-by-side diff rebuilt from those hunks, linked to the recorded span: the span of the same trace
+whose ``seq`` is the divergence's ``recorded_seq``.
 """
 
 from __future__ import annotations
@@ -61,13 +66,17 @@ class TraceReplay:
     harness_revision: str | None = None
     messages: list[str] = field(default_factory=list)
     divergences: list[Divergence] = field(default_factory=list)
+    #: ``new`` or ``baseline`` in a validate results file (None in a replay's)
+    role: str | None = None
 
     @property
     def rate(self) -> str:
-        """``intermittent 3/10 (live)``, ``pass 0/3, diverged 3/3 (cut)``: as ``tailcut replay`` says it."""
+        """``intermittent 3/10 (live)``, ``pass 0/3, diverged 3/3 (cut)``: as ``tailcut replay`` says it;
+        ``always 3/3 (cut)`` for an agent of a validation, which judges by the check alone."""
         from tailcut.replay import rate_text
 
-        return rate_text(self.passed, self.reruns, self.mode, diverged=self.diverged)
+        diverged = 0 if self.role is not None else self.diverged
+        return rate_text(self.passed, self.reruns, self.mode, diverged=diverged)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -82,10 +91,21 @@ class ResultsFile:
 
     path: Path
     traces: list[TraceReplay]
+    #: the validation's summary (``tailcut validate --format json``), for a validate results file
+    validation: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    def incident(self, trace_id: str) -> dict[str, Any] | None:
+        """The validation's summary of one incident (None if it is not one of the file's incidents)."""
+        incidents = (self.validation or {}).get("incidents", ())
+        return next((i for i in incidents if i["trace_id"] == trace_id), None)
+
+    def reruns(self, trace_id: str, role: str) -> TraceReplay | None:
+        """The reruns of ``trace_id`` by the agent of ``role`` (validate files)."""
+        return next((t for t in self.traces if t.trace_id == trace_id and t.role == role), None)
 
     @property
     def modes(self) -> list[str]:
@@ -166,13 +186,17 @@ def load_results(path: str | os.PathLike[str]) -> ResultsFile:
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise UiError(f"--results {target}: not a replay results file (no column {', '.join(missing)})")
-    traces: dict[str, TraceReplay] = {}
+    validation = _summary(target, table.schema.metadata or {})
+    traces: dict[tuple[str, str | None], TraceReplay] = {}
     for row in table.to_pylist():
-        trace = traces.setdefault(row["trace_id"], TraceReplay(row["trace_id"], row["mode"]))
+        role = row.get("role")
+        key = (row["trace_id"], role)
+        trace = traces.setdefault(key, TraceReplay(row["trace_id"], row["mode"], role=role))
         trace.reruns += 1
-        diverged = bool(row["divergence_count"])  # a diverged rerun is never a pass, in any mode
+        diverged = bool(row["divergence_count"])
         trace.diverged += diverged
-        trace.passed += bool(row["passed"]) and not diverged
+        # a diverged rerun is never a pass of a replay, in any mode; a validation judged it already
+        trace.passed += bool(row["passed"]) and (role is not None or not diverged)
         trace.divergence_count += int(row["divergence_count"] or 0)
         trace.category = row.get("category") or trace.category
         trace.baseline = bool(row.get("baseline"))
@@ -182,7 +206,23 @@ def load_results(path: str | os.PathLike[str]) -> ResultsFile:
                 trace.messages.append(row[key])
         if row["divergence"]:
             trace.divergences.append(_divergence(int(row["rerun"]), row["divergence"]))
-    return ResultsFile(target, list(traces.values()))
+    return ResultsFile(target, list(traces.values()), validation)
+
+
+def _summary(path: Path, metadata: dict[bytes, bytes]) -> dict[str, Any] | None:
+    """The validation summary a validate results file keeps in its metadata (None for a replay's)."""
+    from tailcut.replay._validation_output import SUMMARY_KEY
+
+    raw = metadata.get(SUMMARY_KEY)
+    if raw is None:
+        return None
+    try:
+        summary = json.loads(raw)
+    except ValueError:
+        raise UiError(f"--results {path}: its validation summary is not JSON") from None
+    if not isinstance(summary, dict) or "incidents" not in summary:
+        raise UiError(f"--results {path}: its validation summary has no incidents")
+    return summary
 
 
 def recorded_spans(rows: list[dict[str, Any]]) -> dict[tuple[str, int], str]:

@@ -229,6 +229,16 @@ class Viewer:
         """Every results file that replayed ``trace_id``, with that trace's reruns."""
         return [(f, t) for f in self.results for t in f.traces if t.trace_id == trace_id]
 
+    def incident(self, name: str, trace_id: str) -> tuple[ResultsFile, dict[str, Any]]:
+        """One incident of the validate results file ``name`` (:class:`NotFound` when there is none)."""
+        file = next((f for f in self.results if f.name == name and f.validation is not None), None)
+        if file is None:
+            raise NotFound(f"no validate results file {name!r}: start tailcut ui with --results FILE")
+        found = file.incident(trace_id)
+        if found is None:
+            raise NotFound(f"trace {trace_id} is not an incident of {name}")
+        return file, found
+
     def recorded_span(self, trace_id: str, seq: int | None) -> str | None:
         """The span id of the recorded crossing ``seq`` of a trace (None when not in the data dir)."""
         return None if seq is None else self._recorded.get((trace_id, int(seq)))
