@@ -51,8 +51,9 @@ class Stage:
     def advance(self, steps: float = 1.0) -> None:
         self._progress.advance(self._task, steps)
 
-    def set_total(self, total: float) -> None:
-        self._progress.update(self._task, total=total)
+    def update(self, done: float, total: float) -> None:
+        """``done`` of ``total`` steps (for work that reports its own progress)."""
+        self._progress.update(self._task, completed=done, total=total)
 
     def done(self) -> None:
         task = self._progress.tasks[self._task]

@@ -4,7 +4,8 @@ Stages: a scripted model behind the real OpenAI API shape, the collector as a ch
 repository's ``otel-config.yaml``, a fleet of instrumented support agents (real ``openai`` SDK) exporting
 over OTLP, the tail-sampling decisions, the analysis report next to the injected true rates, a selected
 replay corpus, its recorded replay (bit-stable, canary), the unsafe-refund incident replayed cut-point
-under the faulty and the guarded revision, and the bias-aware comparison of the two revisions.
+under the faulty and the guarded revision, the bias-aware comparison of the two revisions, and last
+``tailcut validate`` of harness v2 against one incident of each of the six kinds v2 fixes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ CORPUS_BASELINE: Final = 12
 #: Reruns per trace of the recorded replay (bit-stability needs at least 2) and of the cut-point replay.
 RECORDED_RERUNS: Final = 3
 CUT_RERUNS: Final = 3
+#: Golden traces ``tailcut validate`` draws from the baseline slice.
+GOLDEN_SIZE: Final = 20
 
 
 class DemoError(TailcutError):
@@ -86,6 +89,10 @@ class DemoPaths:
 
     def results(self, name: str) -> Path:
         return self.root / f"replay-{name}.parquet"
+
+    @property
+    def validation(self) -> Path:
+        return self.root / "validate.parquet"
 
 
 @dataclass
@@ -293,6 +300,45 @@ def compare_stage(dataset: Any, stages: Stages, result: DemoResult) -> None:
     result.details["compare"] = comparison
 
 
+def validate_stage(options: DemoOptions, paths: DemoPaths, stages: Stages, result: DemoResult) -> None:
+    """``tailcut validate`` of harness v2 against the first v1 incident of each kind v2 fixes."""
+    from tailcut.replay import validate
+
+    first: dict[str, str] = {}
+    for run in result.runs:
+        if run.revision == "v1" and run.kind in fleet.INCIDENT_KINDS and run.trace_id:
+            first.setdefault(run.kind, run.trace_id)
+    missing = [kind for kind in fleet.INCIDENT_KINDS if kind not in first]
+    if missing:
+        stages.console.print(f"no v1 incident of {', '.join(missing)} in this run; validating the others")
+    if not first:
+        return
+    incidents = [first[kind] for kind in fleet.INCIDENT_KINDS if kind in first]
+    with stages.stage(f"validate harness v2 against {len(incidents)} incidents") as bar:
+        validation = validate(
+            paths.data,
+            agent=fleet.agent_v2,
+            baseline_agent=fleet.agent_v1,
+            incidents=incidents,
+            check=fleet.check_run,
+            reset=fleet.reset_desk,
+            n=CUT_RERUNS,
+            golden_size=GOLDEN_SIZE,
+            seed=options.seed,
+            out=paths.validation,
+            on_estimate=lambda estimate: stages.console.print(str(estimate), highlight=False),
+            on_progress=bar.update,
+        )
+    from tailcut.replay._validation_output import summary_lines
+
+    stages.console.print(
+        "incidents: " + ", ".join(f"{kind} {trace_id}" for kind, trace_id in first.items()), soft_wrap=True
+    )
+    for line in summary_lines(validation):
+        stages.console.print(line, highlight=False, soft_wrap=True)
+    result.details["validation"] = validation
+
+
 def run_demo(options: DemoOptions, console: Console) -> DemoResult:
     """Run every stage of the demo; processes are cleaned up on success, failure and Ctrl-C."""
     paths = prepare_out(options.out)
@@ -311,7 +357,8 @@ def run_demo(options: DemoOptions, console: Console) -> DemoResult:
             compare_stage(dataset, stages, result)
         finally:
             dataset.close()
-    console.print(f"model calls made by the replays: {result.details['model_calls_during_replay']}")
+        console.print(f"model calls made by the replays: {result.details['model_calls_during_replay']}")
+        validate_stage(options, paths, stages, result)
     if options.profile:
         console.print(stages.times.table())
     result.details["timings"] = stages.times
@@ -331,7 +378,7 @@ def print_summary(paths: DemoPaths, result: DemoResult, console: Console) -> Non
         f"  data dir     {paths.data}/  (spans/, traces/, payloads/)",
         f"  report       {paths.report}",
         f"  corpus       {paths.corpus}/",
-        f"  replays      {paths.root}/replay-*.parquet",
+        f"  replays      {paths.root}/replay-*.parquet, {paths.validation}",
         f"  ground truth {paths.truth}",
         "try next:",
         '  tailcut sql "SELECT decision_reason, kept, count(*) FROM traces GROUP BY ALL" \\',
@@ -344,6 +391,7 @@ def print_summary(paths: DemoPaths, result: DemoResult, console: Console) -> Non
         f"  tailcut replay {paths.incident} --mode cut \\",
         "      --agent tailcut.demo.fleet:agent_v2 --live router:refund_guard -n 3 \\",
         "      --check tailcut.demo.fleet:check_run --reset tailcut.demo.fleet:reset_desk",
+        f"  tailcut ui --data {paths.data} --results {paths.validation}",
         f"  open {paths.report}",
     ]
     console.print("\n".join(lines), soft_wrap=True)  # commands stay whole, to copy and paste
