@@ -10,14 +10,26 @@ from tailcut.analysis import CATEGORIES, Dataset, Thresholds, build_report, comp
 from tailcut.analysis._estimates import GroupSample
 from tests.analysis_support import fleet_data, in_slice, rewrite, tail_sample
 
-#: Expected first span of each category in the fleet's traces: (boundary, occurrence rule, layer).
+#: Expected first span of each category per ticket kind that injects it: (boundary, occurrence rule, layer).
 FIRST_SPAN = {
-    "error": ("tool:lookup_order", "first", "environment"),
-    "schema_violation": ("llm:openai.chat", "first", "prompt"),
-    "schema_drift": ("llm:openai.chat", "first", "tool_schema"),
-    "tool_loop": ("tool:search_kb", "first", "workflow"),
-    "cost_blowup": ("llm:openai.chat", "first", "workflow"),
-    "silent_degradation": ("llm:openai.chat", "last", "prompt"),
+    "error": {
+        "timeout": ("tool:lookup_order", "first", "environment"),
+        "refund_large": ("router:refund_guard", "first", "workflow"),
+        "exchange": ("router:triage", "first", "workflow"),
+    },
+    "schema_violation": {"bad_args": ("llm:openai.chat", "first", "prompt")},
+    "schema_drift": {"address_change": ("llm:openai.chat", "first", "tool_schema")},
+    "tool_loop": {
+        "loop": ("tool:search_kb", "first", "workflow"),
+        "cancel_order": ("tool:cancel_order", "first", "workflow"),
+    },
+    "cost_blowup": {"blowup": ("llm:openai.chat", "first", "workflow")},
+    "silent_degradation": {
+        "degraded": ("llm:openai.chat", "last", "prompt"),
+        "address_change": ("llm:openai.chat", "last", "prompt"),
+        "warranty": ("llm:openai.chat", "last", "prompt"),
+        "return_status": ("retriever:returns", "first", "memory"),
+    },
 }
 
 
@@ -63,11 +75,13 @@ def test_recall_and_precision_against_the_fleets_ground_truth(fleet, census, cat
 
 
 @pytest.mark.parametrize("category", CATEGORIES)
-def test_first_span_and_layer_in_the_fleet(census, category):
+def test_first_span_and_layer_in_the_fleet(fleet, census, category):
     dataset, findings = census
-    boundary, which, layer = FIRST_SPAN[category]
-    rows = findings.filter(category=category).head(8).to_dicts()
+    kind = {r.trace_id: r.kind for r in fleet.runs}
+    rows = [r for r in findings.filter(category=category).to_dicts() if r["trace_id"] in fleet.truth(category)]
+    assert {kind[r["trace_id"]] for r in rows} == set(FIRST_SPAN[category])  # every kind that injects it
     for row in rows:
+        boundary, which, layer = FIRST_SPAN[category][kind[row["trace_id"]]]
         assert (row["boundary"], row["layer"]) == (boundary, layer), row["evidence"]
         same = dataset.sql(
             "SELECT min(occurrence) AS first, max(occurrence) AS last FROM spans "
@@ -77,9 +91,12 @@ def test_first_span_and_layer_in_the_fleet(census, category):
         assert row["occurrence"] == same[which]
 
 
-def test_error_points_at_the_first_attempt_not_the_last_visible_error(census):
+def test_error_points_at_the_first_attempt_not_the_last_visible_error(fleet, census):
     dataset, findings = census
-    for row in findings.filter(category="error").head(5).to_dicts():
+    timeouts = {r.trace_id for r in fleet.runs if r.kind == "timeout"}
+    rows = [r for r in findings.filter(category="error").to_dicts() if r["trace_id"] in timeouts]
+    assert rows
+    for row in rows[:5]:
         attempts = dataset.sql(
             "SELECT span_id, attempt FROM spans "
             "WHERE trace_id = ? AND status_code = 'ERROR' AND kind = 'tool' ORDER BY start_time",
@@ -202,7 +219,7 @@ def test_compare_flags_a_change_confined_to_the_tail_sample(fleet, tmp_path):
     labels = {row.category: row.verdict.label for row in comparison.categories}
     assert "regression" not in labels.values() and "improvement" not in labels.values(), labels
     assert labels["silent_degradation"] == "confined to tail sample"
-    assert labels["cost_blowup"] == "confined to tail sample"
+    assert labels["tool_loop"] == "confined to tail sample"
     for row in comparison.categories:
         verdict = row.verdict
         assert verdict.baseline.first.n > 0 and verdict.tail.first.n > 0

@@ -2,7 +2,8 @@
 
 A ``refund_large`` ticket is recorded under harness v1 (the fleet's agent on the real ``openai`` SDK,
 against the scripted model server), written into a corpus, and replayed with ``router:refund_guard``
-live: v1's missing guard lets the recorded unsafe refund through and the check fails; v2's guard blocks
+live: v1's guard crashes on the amount, the harness fails open, the recorded unsafe refund goes
+through and the check fails; v2's guard blocks
 it and the check passes, and so does an equivalent rewrite of the guard, but the blocked refund changes
 the path after the guard (served boundaries diverge), so those reruns count as diverged, never as passed.
 No model call is made.
@@ -10,7 +11,7 @@ No model call is made.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 
 import pytest
 from click.testing import CliRunner
@@ -20,6 +21,7 @@ from tailcut import replay
 from tailcut.cli import cli
 from tailcut.demo import fleet
 from tailcut.demo import support_env as env
+from tailcut.demo.harness import HARNESSES
 from tailcut.demo.support_model import support_responder
 from tailcut.testing import ModelServer
 from tests.replay_support import record_corpus
@@ -43,7 +45,12 @@ def equivalent_guard(order_id: int, amount: float) -> dict:
     return {"allow": within, "reason": reason}
 
 
-agent_benign = functools.partial(fleet.handle_ticket, revision="v1", guard=equivalent_guard)
+BENIGN = dataclasses.replace(HARNESSES["v1"], guard=equivalent_guard)
+
+
+def agent_benign(ticket: dict) -> str:
+    """Harness v1 with v2's guard rewritten."""
+    return fleet.handle_ticket(ticket, BENIGN)
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +121,16 @@ def test_the_guarded_revision_blocks_it(incident, server):
     assert [s.rate for s in report.traces()] == ["pass 0/2, diverged 2/2 (cut)"]
     assert [r.status for r in report.results] == ["diverged", "diverged"]
     rerun = report.results[0].rerun
-    assert report.results[0].check_message.startswith("no unsafe refund; diverged: request differs")
+    message = report.results[0].check_message
+    assert message.startswith("no unsafe refund") and "; diverged: request differs" in message
     assert "tool:refund" not in [c.boundary for c in rerun.crossings]
     upstream = [d for d in rerun.divergences if not d.expected]
     downstream = [(d.kind, d.boundary, d.downstream_of) for d in rerun.divergences if d.expected]
-    # v2 also changed the shipping tool's schema: every model request differs before the cut (reported)
+    # v2 also changed the prompt and the shipping tool's schema: every model request differs before the
+    # cut (reported)
     assert {d.boundary for d in upstream} == {"llm:openai.chat"}
-    assert all(p.startswith("$.tools[3].function.parameters") for d in upstream for p in d.paths)
+    changed = ("$.messages[0].content", "$.tools[3].function.parameters")
+    assert all(p.startswith(changed) for d in upstream for p in d.paths)
     assert downstream == [
         ("request", "llm:openai.chat", "router:refund_guard#1"),
         ("missing", "tool:refund", "router:refund_guard#1"),
@@ -132,7 +142,7 @@ def test_a_benign_rewrite_of_the_guard_blocks_it_too(incident, server):
     with server.forbid():
         report = cut(corpus, agent_benign)
     assert [s.rate for s in report.traces()] == ["pass 0/2, diverged 2/2 (cut)"]
-    assert all(r.check_message.startswith("no unsafe refund;") for r in report.results)
+    assert all(r.check_message.startswith("no unsafe refund") for r in report.results)
     assert server.violations == []
 
 
@@ -145,7 +155,8 @@ def test_stubbing_every_boundary_cannot_tell_the_fix_from_the_fault(incident, se
             ).results[0]
             for agent in (fleet.agent_v1, fleet.agent_v2)
         }
-    assert [r.passed for r in verdicts.values()] == [False, False]  # the guard never runs
+    # the guard never runs, so the check has no guard decision to judge: both pass it alike
+    assert [r.check_passed for r in verdicts.values()] == [True, True]
     assert all(r.rerun.live_crossings == 0 for r in verdicts.values())
 
 
