@@ -13,17 +13,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from tailcut.analysis import Dataset, category_rates
-from tailcut.demo.fleet import CATEGORIES
+from tailcut.demo.fleet import CATEGORIES, INCIDENT_KINDS
 
 RUNS = 200
 
-#: For each ticket kind (under harness v1), the finding expected with its first span and layer.
+#: For each ticket kind (under harness v1), the finding expected with its first span (occurrence None:
+#: the last) and layer.
 EXPECTED_FINDINGS = {
     "timeout": ("error", "tool:lookup_order", 1, {"environment"}),
     "bad_args": ("schema_violation", "llm:openai.chat", 1, {"prompt"}),
     "address_change": ("schema_drift", "llm:openai.chat", 1, {"tool_schema"}),
     "loop": ("tool_loop", "tool:search_kb", 1, {"workflow"}),
-    "degraded": ("silent_degradation", "llm:openai.chat", 1, {"prompt"}),
+    "degraded": ("silent_degradation", "llm:openai.chat", None, {"prompt"}),
+    "refund_large": ("error", "router:refund_guard", 1, {"workflow"}),
+    "exchange": ("error", "router:triage", 1, {"workflow"}),
+    "cancel_order": ("tool_loop", "tool:cancel_order", 1, {"workflow"}),
+    "warranty": ("silent_degradation", "llm:openai.chat", None, {"prompt"}),
+    "return_status": ("silent_degradation", "retriever:returns", 1, {"memory"}),
 }
 
 
@@ -82,7 +88,7 @@ def test_findings_have_the_right_first_span_and_layer(demo):
         match = [f for f in by_trace[run["trace_id"]] if f["category"] == category]
         assert match, (run["kind"], [f["category"] for f in by_trace[run["trace_id"]]])
         (finding,) = match
-        if run["kind"] == "degraded":  # the answer: the last model call
+        if occurrence is None:  # the answer: the last model call
             assert finding["boundary"] == boundary
         else:
             assert (finding["boundary"], finding["occurrence"]) == (boundary, occurrence), run["kind"]
@@ -121,8 +127,20 @@ def test_recorded_replay_is_bit_stable_and_cut_point_tells_the_fix_from_the_faul
     assert not any(faulty)
     assert guarded
     # the guard blocks the refund (the check passes), which changes the served path after it: diverged
-    assert all(r["check_message"].startswith("no unsafe refund;") and not r["passed"] for r in guarded)
+    assert all(r["check_message"].startswith("no unsafe refund") and not r["passed"] for r in guarded)
     assert "model calls made by the replays: 0" in stdout
+
+
+def test_the_demo_ends_with_tailcut_validate_of_harness_v2_against_its_incidents(demo):
+    out, stdout, truth = demo
+    validation = stdout[stdout.index("validate tailcut.demo.fleet:agent_v2 (new)") :]
+    present = {run["kind"] for run in truth if run["harness_revision"] == "v1"} & set(INCIDENT_KINDS)
+    verdicts = [line for line in validation.splitlines() if line.startswith("incident ")]
+    assert len(verdicts) == len(present) >= 4
+    assert all(line.endswith(": resolved") for line in verdicts), verdicts
+    assert "verdict: resolved" in validation
+    rows = pq.read_table(out / "validate.parquet", columns=["role", "sample", "trace_id"]).to_pylist()
+    assert {(r["role"], r["sample"]) for r in rows} >= {("new", "incident"), ("baseline", "incident")}
 
 
 def test_report_corpus_and_no_process_left_behind(demo):
