@@ -12,9 +12,11 @@ A fix is shown to work by four things at once (DESIGN.md section 6):
    fault, so it proves nothing about the change and is never reported as resolved.
 4. **Unrelated behaviour is unchanged.** A golden slice (a seeded sample of the data dir's baseline
    slice, or a given corpus) is replayed by both agents in cut mode at the union of the incidents' cuts.
-   A golden trace is *broken* when the new agent fails the check where the baseline agent passed it, or
-   diverges after the cut where the baseline agent did not (a divergence downstream of a live crossing
-   that the baseline agent's reruns never had); it is listed with that divergence.
+   A golden trace the baseline agent passes is *broken* when the new agent fails the check, or diverges
+   after the cut where the baseline agent did not (a divergence downstream of a live crossing that the
+   baseline agent's reruns never had); it is listed with that divergence. A golden trace the baseline
+   agent fails is *fixed* when the new agent passes it (its path may change: that is the fix) and
+   *fails with both* otherwise, which is not counted against the fix.
 
 A rerun is judged by the check alone. A divergence after the cut is what a fix does (the guard now
 says no, so the record's next request is not sent) and one before it is a harness that differs
@@ -184,14 +186,24 @@ class GoldenResult:
         old = self.old.downstream()
         return next((d for key, d in self.new.downstream().items() if key not in old), None)
 
+    def rerun_passes(self, result: RerunResult) -> bool:
+        """Whether one of the new agent's reruns keeps the behaviour: its check passed, and, where the
+        baseline agent passed every rerun, it diverged after the cut nowhere the baseline agent did not."""
+        if result.check_passed is not True:
+            return False
+        if self.old.passed < self.old.n:  # the old code got this trace wrong: a changed path is the fix
+            return True
+        old = self.old.downstream()
+        return all((d.kind, d.boundary, d.occurrence) in old for d in result.rerun.divergences if d.expected)
+
     @property
     def status(self) -> GoldenStatus:
         new_fails, old_fails = self.new.passed < self.new.n, self.old.passed < self.old.n
-        if (new_fails and not old_fails) or (not new_fails and self.new_divergence is not None):
+        if old_fails:
+            return "fails with both" if new_fails else "fixed"
+        if new_fails or self.new_divergence is not None:
             return "broken"
-        if new_fails:
-            return "fails with both"
-        return "fixed" if old_fails else "unchanged"
+        return "unchanged"
 
     @property
     def reason(self) -> str | None:

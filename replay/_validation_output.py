@@ -192,11 +192,8 @@ def _row(
     passed = result.check_passed is True
     if sample == "golden" and golden is not None:
         verdict = golden.status
-        if role == "new" and passed:
-            old = golden.old.downstream()
-            passed = all(
-                (d.kind, d.boundary, d.occurrence) in old for d in result.rerun.divergences if d.expected
-            )
+        if role == "new":
+            passed = golden.rerun_passes(result)
     else:
         verdict = incident.verdict if incident is not None else ""
     finding = incident.finding if incident is not None and sample == "incident" else None
@@ -224,7 +221,7 @@ def write_validation(
     """Write every rerun of ``validation`` to ``path`` (``validate_results``), whole or not at all.
 
     ``passed`` is the validation's judgement of the rerun: its check passed, and for the new agent on a
-    golden trace, it diverged after the cut nowhere the baseline agent did not.
+    golden trace (:meth:`~tailcut.replay._validate.GoldenResult.rerun_passes`), it kept the behaviour.
 
     Raises
     ------

@@ -52,6 +52,7 @@ GOLDEN = [
     ("address_change", "v2"),
     ("bad_args", "v2"),
     ("warranty", "v2"),
+    ("address_change", "v1"),  # another run of an incident kind: the fix changes its path
 ]
 COMMON = [
     "--agent",
@@ -83,18 +84,13 @@ def agent_v2_strict(ticket: dict) -> str:
 class Fleet:
     data: Path
     kinds: dict[str, tuple[str, str]]  # trace id -> (kind, revision)
+    incidents: dict[str, str]  # trace id -> kind, in the order they were recorded
+    golden: set[str]
     server: ModelServer
 
     def ids(self, kind: str, revision: str = "v1") -> list[str]:
+        """The incident of ``kind`` first (under v1), then the golden runs of it."""
         return [t for t, found in self.kinds.items() if found == (kind, revision)]
-
-    @property
-    def incidents(self) -> dict[str, str]:
-        return {self.ids(kind)[0]: kind for kind in fleet.INCIDENT_KINDS}
-
-    @property
-    def golden(self) -> set[str]:
-        return {t for t, found in self.kinds.items() if found in GOLDEN}
 
     def incident_args(self) -> list[str]:
         return [arg for trace_id in self.incidents for arg in ("--incident", trace_id)]
@@ -102,12 +98,12 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    first: dict[str, dict] = {}
+    tickets: dict[str, list[dict]] = {}
     for ticket, _ in fleet.make_tickets(800, seed=11):
-        first.setdefault(ticket["kind"], ticket)
-    runs = [(first[kind], "v1") for kind in fleet.INCIDENT_KINDS]
-    runs += [(first[kind], revision) for kind, revision in GOLDEN]
-    runs += [(first["order_status"], "v2")]  # clean, and not in the baseline slice: dropped
+        tickets.setdefault(ticket["kind"], []).append(ticket)
+    runs = [(tickets[kind][0], "v1") for kind in fleet.INCIDENT_KINDS]
+    runs += [(tickets[kind][1], revision) for kind, revision in GOLDEN]
+    runs += [(tickets["order_status"][2], "v2")]  # clean, and not in the baseline slice: dropped
     root = tmp_path_factory.mktemp("validate")
     server = ModelServer(responder=support_responder, clock=lambda: 1_700_000_000.0)
     with server, pytest.MonkeyPatch.context() as patch:
@@ -126,10 +122,10 @@ def recorded(tmp_path_factory):
             tailcut.uninstrument_openai()
         ids = trace_ids(root / "recorded")
         kinds = {t: (ticket["kind"], revision) for t, (ticket, revision) in zip(ids, runs, strict=True)}
-        incidents = {t for t, (kind, revision) in kinds.items() if revision == "v1" and kind in CUTS}
-        golden = {t for t, found in kinds.items() if found in GOLDEN}
-        tail_sample(root / "recorded", root / "data", incidents, 0.5, member=golden.__contains__)
-        yield Fleet(root / "data", kinds, server)
+        incidents = dict(zip(ids, fleet.INCIDENT_KINDS, strict=False))
+        golden = set(ids[len(incidents) : len(incidents) + len(GOLDEN)])
+        tail_sample(root / "recorded", root / "data", set(incidents), 0.5, member=golden.__contains__)
+        yield Fleet(root / "data", kinds, incidents, golden, server)
 
 
 def validate(recorded: Fleet, *args: str) -> tuple[int, str, str]:
@@ -167,9 +163,12 @@ def test_the_v2_harness_resolves_all_six_incidents_and_breaks_nothing(recorded, 
     assert golden["source"] == f"{len(GOLDEN)} baseline-slice traces (seed 0)"
     assert set(golden["cut"]) == {"router:refund_guard", "llm:openai.chat"}  # the golden runs cross no other
     statuses = {g["trace_id"]: g["status"] for g in golden["list"]}
-    # the old harness shows v2's golden address change the old shipping schema: the fix fixes it
+    # the old harness shows v2's address change the old shipping schema and drops the warranty rule: the
+    # fix fixes them; v1's own address change fails under the old harness, and the fix changes its path
     assert statuses.pop(recorded.ids("address_change", "v2")[0]) == "fixed"
     assert statuses.pop(recorded.ids("warranty", "v2")[0]) == "fixed"
+    changed = next(g for g in golden["list"] if g["trace_id"] == recorded.ids("address_change")[1])
+    assert (statuses.pop(changed["trace_id"]), changed["new"]["diverged"]) == ("fixed", 2)
     assert set(statuses.values()) == {"unchanged"}
 
 
