@@ -10,13 +10,14 @@ import difflib
 import json
 from typing import Any, Final
 
-_MAX_PATHS: Final = 12
+#: Changed paths a divergence lists at most (a list this long may have left some out).
+MAX_PATHS: Final = 12
 _MAX_DIFF_LINES: Final = 80
 _MAX_VALUE_CHARS: Final = 60
 _MISSING: Final = object()
 
 
-def changed_paths(recorded: Any, live: Any, *, limit: int = _MAX_PATHS) -> list[str]:
+def changed_paths(recorded: Any, live: Any, *, limit: int = MAX_PATHS) -> list[str]:
     """Where two JSON values differ, as ``path: recorded -> live`` lines (at most ``limit``).
 
     Examples

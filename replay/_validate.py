@@ -12,11 +12,12 @@ A fix is shown to work by four things at once (DESIGN.md section 6):
    fault, so it proves nothing about the change and is never reported as resolved.
 4. **Unrelated behaviour is unchanged.** A golden slice (a seeded sample of the data dir's baseline
    slice, or a given corpus) is replayed by both agents in cut mode at the union of the incidents' cuts.
-   A golden trace the baseline agent passes is *broken* when the new agent fails the check, or diverges
-   after the cut where the baseline agent did not (a divergence downstream of a live crossing that the
-   baseline agent's reruns never had); it is listed with that divergence. A golden trace the baseline
-   agent fails is *fixed* when the new agent passes it (its path may change: that is the fix) and
-   *fails with both* otherwise, which is not counted against the fix.
+   A golden trace the baseline agent passes is *broken* when the new agent fails the check, or its path
+   changes after the cut where the baseline agent's did not (:func:`path_changes`: a divergence
+   downstream of a live crossing that the baseline agent's reruns never had, and that the new harness's
+   own differences before the cut do not explain); it is listed with that divergence. A golden trace
+   the baseline agent fails is *fixed* when the new agent passes it (its path may change: that is the
+   fix) and *fails with both* otherwise, which is not counted against the fix.
 
 A rerun is judged by the check alone. A divergence after the cut is what a fix does (the guard now
 says no, so the record's next request is not sent) and one before it is a harness that differs
@@ -57,6 +58,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from tailcut.errors import ReplayError
 from tailcut.replay._corpus import Corpus, CorpusRun, load_corpus
 from tailcut.replay._cost import CostEstimate, PlannedReruns, RecordedCall, estimate_cost
+from tailcut.replay._diff import MAX_PATHS
 from tailcut.replay._divergence import DivergenceRecord
 from tailcut.replay._loading import load_callable
 from tailcut.replay._matching import LiveSpec, parse_live
@@ -141,15 +143,33 @@ class Reruns:
         return next((r.rerun.first_divergence for r in self.results if r.rerun.divergences), None)
 
     def downstream(self) -> dict[tuple[str, str, int], DivergenceRecord]:
-        """Every divergence after the cut (downstream of a live crossing), by (kind, boundary, occurrence)."""
+        """Every change of path after the cut (:func:`path_changes`) over the reruns, by (kind, boundary,
+        occurrence)."""
         found: dict[tuple[str, str, int], DivergenceRecord] = {}
         for result in self.results:
-            for divergence in result.rerun.divergences:
-                if divergence.expected:
-                    found.setdefault(
-                        (divergence.kind, divergence.boundary, divergence.occurrence), divergence
-                    )
+            for key, divergence in path_changes(result.rerun).items():
+                found.setdefault(key, divergence)
         return found
+
+
+def path_changes(rerun: Rerun) -> dict[tuple[str, str, int], DivergenceRecord]:
+    """The divergences of ``rerun`` after the cut that change its path, by (kind, boundary, occurrence).
+
+    A divergence downstream of a live crossing is a changed path when a crossing is missing or extra, or
+    a request differs in a way no divergence before the cut already showed: a harness whose prompt or tool
+    list differs changes every model request, before the cut and after it alike, and that change is the
+    harness's, not a consequence of the live boundary.
+    """
+    upstream = {path for d in rerun.divergences if not d.expected for path in d.paths}
+    found: dict[tuple[str, str, int], DivergenceRecord] = {}
+    for divergence in rerun.divergences:
+        if not divergence.expected:
+            continue
+        paths = set(divergence.paths)
+        if divergence.kind == "request" and paths and paths <= upstream and len(paths) < MAX_PATHS:
+            continue
+        found.setdefault((divergence.kind, divergence.boundary, divergence.occurrence), divergence)
+    return found
 
 
 @dataclass(frozen=True)
@@ -188,13 +208,12 @@ class GoldenResult:
 
     def rerun_passes(self, result: RerunResult) -> bool:
         """Whether one of the new agent's reruns keeps the behaviour: its check passed, and, where the
-        baseline agent passed every rerun, it diverged after the cut nowhere the baseline agent did not."""
+        baseline agent passed every rerun, its path changed after the cut nowhere the baseline agent's did."""
         if result.check_passed is not True:
             return False
         if self.old.passed < self.old.n:  # the old code got this trace wrong: a changed path is the fix
             return True
-        old = self.old.downstream()
-        return all((d.kind, d.boundary, d.occurrence) in old for d in result.rerun.divergences if d.expected)
+        return self.old.downstream().keys() >= path_changes(result.rerun).keys()
 
     @property
     def status(self) -> GoldenStatus:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 import tailcut
+from tailcut import replay
 from tailcut.cli import cli
 from tailcut.demo import fleet
 from tailcut.demo import support_env as env
@@ -28,7 +29,7 @@ from tailcut.demo.harness import HARNESSES
 from tailcut.demo.support_model import support_responder
 from tailcut.replay import ReplayMode, Rerun
 from tailcut.replay._rerun import RerunResult
-from tailcut.replay._validate import GoldenResult, IncidentResult, Reruns
+from tailcut.replay._validate import GoldenResult, IncidentResult, Reruns, path_changes
 from tailcut.testing import ModelServer
 from tests.analysis_support import tail_sample
 from tests.replay_support import recording_into, trace_ids
@@ -280,6 +281,30 @@ def test_a_fix_that_also_breaks_an_unrelated_kind_lists_what_it_broke(recorded):
     assert code == 1
     assert f"  2 of {len(GOLDEN)} broken;" in stdout
     assert sum(line.startswith("  broken ") for line in stdout.splitlines()) == 2
+
+
+def test_a_harness_that_differs_before_the_cut_too_breaks_nothing_it_did_not_change(recorded):
+    """Cut at the guard alone, the model calls are served: v2's prompt differs from every recorded request,
+    before the guard and after it. v2's guard also words its verdict on a small refund otherwise, so the
+    requests after it count as downstream of it; they differ only as the ones before it do."""
+    (refund,) = recorded.ids("refund_large")
+    code, stdout, _ = validate(recorded, "--incident", refund, *COMMON, "-n", "1", "--format", "json")
+    report = json.loads(stdout)
+    assert (code, report["verdict"], report["golden"]["cut"]) == (0, "resolved", ["router:refund_guard"])
+    validation = replay.validate(
+        recorded.data,
+        incidents=[refund],
+        agent=fleet.agent_v2,
+        baseline_agent=fleet.agent_v1,
+        check=fleet.check_run,
+        reset=fleet.reset_desk,
+        n=1,
+    )
+    small = next(g for g in validation.golden if g.trace_id == recorded.ids("refund_small")[0])
+    (result,) = small.new.results
+    after = [d for d in result.rerun.divergences if d.expected]
+    assert after and all(d.downstream_of == "router:refund_guard#1" for d in after)
+    assert (small.status, path_changes(result.rerun)) == ("unchanged", {})
 
 
 def test_a_cut_at_a_boundary_the_fix_does_not_touch_does_not_exercise_the_change(recorded):
