@@ -78,7 +78,8 @@ def test_recall_and_precision_against_the_fleets_ground_truth(fleet, census, cat
 def test_first_span_and_layer_in_the_fleet(fleet, census, category):
     dataset, findings = census
     kind = {r.trace_id: r.kind for r in fleet.runs}
-    rows = [r for r in findings.filter(category=category).to_dicts() if r["trace_id"] in fleet.truth(category)]
+    truth = fleet.truth(category)
+    rows = [r for r in findings.filter(category=category).to_dicts() if r["trace_id"] in truth]
     assert {kind[r["trace_id"]] for r in rows} == set(FIRST_SPAN[category])  # every kind that injects it
     for row in rows:
         boundary, which, layer = FIRST_SPAN[category][kind[row["trace_id"]]]
