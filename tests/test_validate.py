@@ -55,6 +55,8 @@ GOLDEN = [
     ("warranty", "v2"),
     ("address_change", "v1"),  # another run of an incident kind: the fix changes its path
 ]
+#: One rerun per agent, no golden slice, JSON: the quick look at the incidents alone.
+QUICK_JSON = ["-n", "1", "--golden-size", "0", "--format", "json"]
 COMMON = [
     "--agent",
     "tailcut.demo.fleet:agent_v2",
@@ -253,7 +255,11 @@ def test_the_table_says_each_verdict_and_rate(recorded):
 
 
 def test_the_old_harness_as_the_new_one_is_not_resolved(recorded):
-    args = [*recorded.incident_args(), *COMMON, "-n", "1", "--golden-size", "0", "--format", "json"]
+    args = [
+        *recorded.incident_args(),
+        *COMMON,
+        *QUICK_JSON,
+    ]
     args[args.index("tailcut.demo.fleet:agent_v2")] = "tailcut.demo.fleet:agent_v1"
     code, stdout, _ = validate(recorded, *args)
     report = json.loads(stdout)
@@ -316,12 +322,7 @@ def test_a_cut_at_a_boundary_the_fix_does_not_touch_does_not_exercise_the_change
         "--live",
         "memory:customer_history",
         *COMMON,
-        "-n",
-        "1",
-        "--golden-size",
-        "0",
-        "--format",
-        "json",
+        *QUICK_JSON,
     )
     report = json.loads(stdout)
     assert (code, report["verdict"]) == (1, "does not exercise the change")
@@ -411,12 +412,7 @@ def test_an_incident_corpus_can_be_given_instead_of_trace_ids(recorded, tmp_path
         "--corpus",
         str(tmp_path / "incidents"),
         *COMMON,
-        "-n",
-        "1",
-        "--golden-size",
-        "0",
-        "--format",
-        "json",
+        *QUICK_JSON,
     )
     report = json.loads(stdout)
     assert code == 0, report
