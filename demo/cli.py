@@ -29,8 +29,9 @@ def demo(runs: int, workers: int, out: Path, seed: int, profile: bool) -> None:
     A scripted model serves the OpenAI API on loopback; a fleet of support agents (real openai SDK,
     instrumented with tailcut) sends its traces over OTLP to `tailcut collect`, which keeps every
     failed and anomalous trace plus a 5% baseline slice. The demo then classifies the failures,
-    estimates their rates next to the injected true rates, selects a replay corpus, replays it, and
-    tests a fix of the unsafe-refund incident with cut-point replay.
+    estimates their rates next to the injected true rates, selects a replay corpus, replays it,
+    tests a fix of the unsafe-refund incident with cut-point replay, and ends with `tailcut validate`
+    of the fixed harness against one incident of each of its six faults.
     """
     from rich.console import Console
 
