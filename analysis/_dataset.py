@@ -352,12 +352,13 @@ class Dataset:
             raise UnknownTraceError(f"no spans of trace {trace_id} in {self.location}")
         return tree
 
-    def classify(self, *, thresholds: Thresholds | None = None) -> pl.DataFrame:
+    def classify(self, *, thresholds: Thresholds | None = None, store: bool = True) -> pl.DataFrame:
         """Find the failure categories of every kept trace; registers the ``findings`` table.
 
-        With the default thresholds the findings are also written to ``findings/findings.parquet``
-        (a local, writable data dir); other thresholds keep them in this session only, until
-        :meth:`ensure_findings` is told to go back to the default ones.
+        With the default thresholds and ``store`` the findings are also written to
+        ``findings/findings.parquet`` (a local, writable data dir); otherwise they are kept in this
+        session only (other thresholds: until :meth:`ensure_findings` is told to go back to the default
+        ones). A reader that must not write into the data dir (``tailcut ui``) passes ``store=False``.
 
         Parameters
         ----------
@@ -377,7 +378,7 @@ class Dataset:
         default = limits == Thresholds()
         key = _findings.source_key(self)
         table = compute_findings(self, limits)
-        written = _findings.write(self.location, table, key) if default else None
+        written = _findings.write(self.location, table, key) if default and store else None
         if written is not None:
             self._register_findings(f"SELECT * FROM read_parquet('{_source.quote(str(written))}')")
         else:
@@ -392,9 +393,10 @@ class Dataset:
         assert isinstance(frame, pl.DataFrame)
         return frame
 
-    def ensure_findings(self, *, default: bool = False) -> None:
+    def ensure_findings(self, *, default: bool = False, store: bool = True) -> None:
         """Make the ``findings`` table current: read the stored file if it matches the files present,
-        else classify (default thresholds) and store the result.
+        else classify (default thresholds) and store the result (``store=False``: keep it in this
+        session only, writing nothing).
 
         Findings of custom thresholds registered by :meth:`classify` are kept unless ``default``.
         """
@@ -408,7 +410,7 @@ class Dataset:
             self._register_findings(f"SELECT * FROM read_parquet('{stored}')")
             self._findings_key, self._custom_findings = key, False
             return
-        self.classify()
+        self.classify(store=store)
 
     def _register_findings(self, query: str, *, table: bool = False) -> None:
         """Replace the ``findings`` view or table (whichever exists) with ``query``'s rows."""

@@ -239,6 +239,10 @@ def data(tmp_path_factory):
                 "kind": "root",
                 "start": start,
                 "end": start + 10**9,
+                "attributes": [
+                    ("tailcut.run.input", canonical_json({"ticket": 42, "text": "where is   ORD-1?"})),
+                    ("tailcut.run.output", canonical_json("ORD-1 has shipped")),
+                ],
             },
             {
                 "trace_id": TRACE,
@@ -276,6 +280,7 @@ def data(tmp_path_factory):
         decision_reason="root_end",
         policies=["errors"],
     )
+    kept["cost_usd"] = 0.000123456
     dropped = {**kept, "trace_id": DROPPED, "kept": False, "policies": [], "inclusion_probability": 0.05}
     with DataDirWriter(path) as writer:
         writer.write_spans(spans)
@@ -310,6 +315,76 @@ def test_the_traces_page_counts_kept_of_seen_and_filters(client):
     assert DROPPED in client.get("/", params={"policy": "(none)"}).text
     past_the_end = client.get("/", params={"page": "9"})
     assert past_the_end.status_code == 200 and "of 2 · page 9 of 1" in past_the_end.text
+
+
+def test_the_traces_page_shows_the_run_its_input_and_a_cost_that_tells_rows_apart(client):
+    page = client.get("/").text
+    assert '<td class="run">run<div class="preview" title="the run\'s input">' in page
+    assert "{&#34;text&#34;:&#34;where is ORD-1?&#34;,&#34;ticket&#34;:42}" in page  # one line
+    assert '<td class="num">0.000123</td>' in page
+    start = page.split('<td class="when">')[1].split("</td>")[0]
+    assert " " not in start and "\u00a0" in start  # a timestamp that does not wrap
+
+
+def test_the_root_span_shows_the_run_input_and_output(client):
+    root = client.get(f"/traces/{TRACE}/spans/{'1' * 16}").text
+    assert 'data-part="run input"' in root and 'data-part="run output"' in root
+    assert "ORD-1 has shipped" in root and "none recorded" not in root
+
+
+def test_the_viewer_writes_nothing_into_the_data_dir(data, tmp_path):
+    import shutil
+
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy, ignore=shutil.ignore_patterns("findings"))
+    before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
+    viewer = Viewer(copy)
+    try:
+        assert viewer.rows("SELECT count(*) AS n FROM findings")[0]["n"] > 0
+    finally:
+        viewer.close()
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before
+
+
+def test_a_sub_millisecond_span_at_the_end_keeps_a_visible_bar():
+    from tailcut.ui._trace import MIN_BAR_PERCENT, timeline
+
+    spans = [
+        {"span_id": "r", "start_ns": 0, "end_ns": 10**9},
+        {"span_id": "a", "start_ns": 10**9 - 1000, "end_ns": 10**9},
+    ]
+    rows, _ = timeline(spans, [])
+    assert rows[1].width == MIN_BAR_PERCENT and rows[1].left + rows[1].width <= 100
+    assert rows[1].left > 99
+
+
+def test_a_divergence_every_rerun_repeats_is_listed_once_with_its_reruns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tailcut.ui._replays import load_results
+
+    same = json.dumps({"kind": "request", "boundary": "llm:x", "occurrence": 1, "message": "prompt changed"})
+    other = json.dumps({"kind": "extra", "boundary": "tool:y", "occurrence": 2, "message": "extra call"})
+    rows = [
+        {
+            "trace_id": TRACE,
+            "mode": "recorded",
+            "rerun": i,
+            "passed": False,
+            "divergence": d,
+            "divergence_count": 1,
+        }
+        for i, d in enumerate([same, same, other, same], start=1)
+    ]
+    path = tmp_path / "results.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    (trace,) = load_results(path).traces
+    assert [(d.message, d.reruns) for d in trace.divergences] == [
+        ("prompt changed", (1, 2, 4)),
+        ("extra call", (3,)),
+    ]
+    assert trace.stored_divergences == trace.divergence_count == 4
 
 
 def test_a_span_detail_marks_the_argument_and_defers_an_offloaded_payload(client, viewer):

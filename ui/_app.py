@@ -18,6 +18,7 @@ Routes (all ``GET``, the app is read-only):
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,8 +51,25 @@ def _ms(value: float | None) -> str:
     return f"{value:,.0f} ms" if value >= 10 else f"{value:.2f} ms"
 
 
+def _usd(value: float | None) -> str:
+    """Dollars to three significant digits, never in exponent form: model calls cost fractions of a cent,
+    and ``0.0001`` on every row tells no two runs apart.
+
+    >>> _usd(0.000123456), _usd(0.0451), _usd(12.3456), _usd(0.0), _usd(None)
+    ('0.000123', '0.0451', '12.35', '0', '-')
+    """
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
+
+
 def _when(value: dt.datetime | None) -> str:
-    return "-" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """UTC to the second, joined by a no-break space so a narrow column never wraps a timestamp."""
+    return "-" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d\u00a0%H:%M:%S")
 
 
 def _templates() -> Jinja2Templates:
@@ -60,7 +78,7 @@ def _templates() -> Jinja2Templates:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(number=_number, ms=_ms, when=_when)
+    env.filters.update(number=_number, ms=_ms, when=_when, usd=_usd)
     env.globals.update(interval_svg=interval_svg, offending_arguments=offending_arguments)
     return Jinja2Templates(env=env)
 

@@ -1,8 +1,8 @@
 """Where the viewer's findings come from: one function, so the source can change in one place.
 
-Today the findings are :meth:`Dataset.classify`'s, computed once when the viewer opens the data dir
-(it registers the ``findings`` table the pages query). A persistent ``findings/`` table in the data dir
-would replace the call here and nothing else.
+The findings are the data dir's ``findings/`` table when it is current, else :meth:`Dataset.classify`'s,
+computed once when the viewer opens the data dir and kept in memory: the viewer is read-only and never
+writes into the data dir (it registers the ``findings`` table the pages query).
 """
 
 from __future__ import annotations
@@ -16,4 +16,4 @@ if TYPE_CHECKING:
 def ensure_findings(dataset: Dataset) -> None:
     """Make the ``findings`` table (trace, category, first span, layer, evidence) queryable on ``dataset``."""
     if not dataset.has_findings():
-        dataset.classify()
+        dataset.ensure_findings(store=False)

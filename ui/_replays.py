@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,10 @@ class DiffRow:
 
 @dataclass(frozen=True)
 class Divergence:
-    """One stored divergence of a rerun."""
+    """One stored divergence, and every rerun of the trace that diverged exactly so (most reruns of a
+    deterministic divergence repeat it: the page shows it once, with the reruns that hit it)."""
 
-    rerun: int
+    reruns: tuple[int, ...]
     kind: str
     boundary: str
     occurrence: int
@@ -68,6 +69,11 @@ class TraceReplay:
     divergences: list[Divergence] = field(default_factory=list)
     #: ``new`` or ``baseline`` in a validate results file (None in a replay's)
     role: str | None = None
+
+    @property
+    def stored_divergences(self) -> int:
+        """The divergences the results file stored (one per rerun that diverged: its first)."""
+        return sum(len(d.reruns) for d in self.divergences)
 
     @property
     def rate(self) -> str:
@@ -157,7 +163,7 @@ def _divergence(rerun: int, text: str) -> Divergence:
     data = json.loads(text)
     rows, labels = side_by_side(data.get("diff") or "")
     return Divergence(
-        rerun=rerun,
+        reruns=(rerun,),
         kind=str(data.get("kind", "")),
         boundary=str(data.get("boundary", "")),
         occurrence=int(data.get("occurrence") or 0),
@@ -169,6 +175,15 @@ def _divergence(rerun: int, text: str) -> Divergence:
         downstream_of=data.get("downstream_of"),
         labels=labels,
     )
+
+
+def _add_divergence(found: list[Divergence], new: Divergence) -> None:
+    """Add ``new`` to ``found``, or add its rerun to the divergence that is the same but for the rerun."""
+    for i, old in enumerate(found):
+        if replace(old, reruns=new.reruns) == new:
+            found[i] = replace(old, reruns=old.reruns + new.reruns)
+            return
+    found.append(new)
 
 
 def load_results(path: str | os.PathLike[str]) -> ResultsFile:
@@ -205,7 +220,7 @@ def load_results(path: str | os.PathLike[str]) -> ResultsFile:
             if row.get(key) and row[key] not in trace.messages:
                 trace.messages.append(row[key])
         if row["divergence"]:
-            trace.divergences.append(_divergence(int(row["rerun"]), row["divergence"]))
+            _add_divergence(trace.divergences, _divergence(int(row["rerun"]), row["divergence"]))
     return ResultsFile(target, list(traces.values()), validation)
 
 

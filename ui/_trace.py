@@ -19,6 +19,8 @@ SPAN_COLUMNS: Final = (
 #: Characters of a payload shown inline in a span's detail; beyond it the payload loads on demand.
 INLINE_CHARS: Final = 64_000
 PARTS: Final = ("request", "response")
+#: The narrowest bar of the waterfall, in % of the trace: a sub-millisecond span stays visible.
+MIN_BAR_PERCENT: Final = 0.4
 
 SPANS_SQL: Final = f"SELECT {SPAN_COLUMNS} FROM spans WHERE trace_id = $trace ORDER BY span_index, start_ns"
 TRACE_SQL: Final = "SELECT * FROM traces WHERE trace_id = $trace"
@@ -71,11 +73,8 @@ def timeline(spans: list[dict[str, Any]], findings: list[dict[str, Any]]) -> tup
         by_span.setdefault(finding["span_id"] or spans[0]["span_id"], []).append(finding)
     rows = []
     for span in spans:
-        left = (span["start_ns"] - start) / total * 100
-        width = max((span["end_ns"] - span["start_ns"]) / total * 100, 0.15)
-        rows.append(
-            TimelineSpan(
-                span, round(left, 3), round(min(width, 100 - left), 3), by_span.get(span["span_id"], [])
-            )
-        )
+        width = max((span["end_ns"] - span["start_ns"]) / total * 100, MIN_BAR_PERCENT)
+        # a short span at the very end is moved left rather than cut to nothing by the track's edge
+        left = min((span["start_ns"] - start) / total * 100, 100 - width)
+        rows.append(TimelineSpan(span, round(left, 3), round(width, 3), by_span.get(span["span_id"], [])))
     return rows, (end - start) / 1e6

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import urlencode
 
+from tailcut import attributes as attr
 from tailcut.ui._errors import BadRequest
 
 PAGE_SIZE: Final = 50
@@ -178,6 +179,18 @@ def count_sql(query: TraceQuery) -> tuple[str, dict[str, Any]]:
         f"FROM traces t WHERE {where}"
     )
     return sql, params
+
+
+#: Characters of a run's input the traces table shows.
+PREVIEW_CHARS: Final = 80
+PREVIEW_SQL: Final = f"""
+    SELECT trace_id,
+           left(regexp_replace(coalesce(attributes['{attr.RUN_INPUT}'], request::VARCHAR), '\\s+', ' ', 'g'),
+                {PREVIEW_CHARS}) AS preview
+    FROM spans WHERE list_contains($ids, trace_id) AND parent_span_id IS NULL
+"""
+"""The start of each listed kept trace's run input (its root span's ``tailcut.run.input``, else the
+root's request: an llm-rooted trace), one line; dropped traces have no spans to read it from."""
 
 
 @dataclass(frozen=True)

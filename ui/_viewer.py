@@ -150,6 +150,10 @@ class Viewer:
         sql, params = _traces.page_sql(query)
         rows = self.rows(sql, params)
         if rows:
+            kept = [row["trace_id"] for row in rows if row["kept"]]
+            previews = {r["trace_id"]: r["preview"] for r in self.rows(_traces.PREVIEW_SQL, {"ids": kept})}
+            for row in rows:
+                row["input_preview"] = previews.get(row["trace_id"])
             return _traces.page_from_rows(query, rows, rows[0])
         sql, params = _traces.count_sql(query)
         return _traces.page_from_rows(query, [], self.rows(sql, params)[0])
@@ -178,6 +182,8 @@ class Viewer:
             if text is not None and self._is_stub(text):
                 text = None  # offloaded: loads on demand, resolved from the payload store
             payloads.append(Payload(part, chars, text, readable(text)))
+        if span["parent_span_id"] is None:
+            payloads = _run_payloads(span.get("attributes") or {}) + [p for p in payloads if p.chars]
         return span, payloads, self.span_findings(trace_id, span_id)
 
     def span_findings(self, trace_id: str, span_id: str) -> list[dict[str, Any]]:
@@ -245,6 +251,18 @@ class Viewer:
 
     def close(self) -> None:
         self.dataset.close()
+
+
+def _run_payloads(attributes: Mapping[str, Any]) -> list[Payload]:
+    """A root span's run input and output (``tailcut.run.input``/``.output``), shown as its payloads:
+    a run span records no request or response of its own, and what it was asked is what a reader wants."""
+    from tailcut import attributes as attr
+
+    payloads = []
+    for part, key in (("run input", attr.RUN_INPUT), ("run output", attr.RUN_OUTPUT)):
+        text = attributes.get(key)
+        payloads.append(Payload(part, len(text or ""), text, readable(text)))
+    return payloads
 
 
 def _corpus_runs(corpora: Sequence[str | os.PathLike[str]]) -> dict[str, CorpusRun]:
