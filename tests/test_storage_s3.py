@@ -220,6 +220,21 @@ def test_dataset_frames_classify_compare_and_ingest_work_on_the_bucket(runs, s3,
     )
 
 
+def test_the_readmes_offline_duckdb_example_reads_the_bucket(runs, capsys):
+    """The README's pyarrow-filesystem way gives DuckDB the bucket's spans with no extension download."""
+    import re
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    marker = "<!-- readme-s3-example: tests/test_storage_s3.py runs this block -->"
+    assert readme.count(marker) == 1
+    match = re.match(r"\s*```python\n(.*?)\n```", readme.split(marker, 1)[1], flags=re.S)
+    assert match, "the marker must be followed by a ```python block"
+    remote, local, _ = runs
+    exec(match.group(1).replace("bucket/prefix", remote.removeprefix("s3://")), {})
+    expected = Dataset(local).sql("SELECT kind, count(*) AS spans FROM spans GROUP BY kind ORDER BY kind")
+    assert capsys.readouterr().out.strip() == str(list(expected.iter_rows()))
+
+
 def test_a_bad_location_is_one_line(s3):
     result = CliRunner().invoke(cli, ["sql", "SELECT 1", "--data", "gs://bucket/data"])
     assert result.exit_code != 0
