@@ -343,13 +343,14 @@ class Dataset:
         Raises
         ------
         UnknownTraceError
-            If no span of the trace is in the data dir.
+            If the data dir has neither a span nor a ``traces`` row of the trace (a trace sampling dropped
+            has a row: its tree has no spans and its header says it was dropped, with its decision).
         """
         from tailcut.analysis._tree import load_tree
 
         tree = load_tree(self, trace_id, payloads=payloads or full, full=full)
         if tree is None:
-            raise UnknownTraceError(f"no spans of trace {trace_id} in {self.location}")
+            raise UnknownTraceError(f"no trace {trace_id} in {self.location} (no span and no traces row)")
         return tree
 
     def classify(self, *, thresholds: Thresholds | None = None, store: bool = True) -> pl.DataFrame:

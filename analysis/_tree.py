@@ -143,7 +143,24 @@ class SpanTree:
 
         for root in self.roots:
             add(tree, root)
+        if not self.roots and self.trace is not None:
+            tree.add(self._no_spans())
         return tree
+
+    def _no_spans(self) -> str:
+        """Why a trace with a ``traces`` row has no spans here, and the decision that row records."""
+        t = self.trace or {}
+        policies = ", ".join(t.get("policies") or []) or "none"
+        decision = (
+            f"decision {t.get('decision_reason')}, policies matched: {policies}, "
+            f"baseline slice: {'yes' if t.get('baseline') else 'no'}, π={t.get('inclusion_probability'):.3g}"
+        )
+        if not t.get("kept"):
+            return (
+                f"[yellow]dropped by sampling[/] ({decision}): only its traces row is kept, so its "
+                f"{t.get('span_count')} spans were not written"
+            )
+        return f"[yellow]kept, but none of its spans are in this data dir[/] ({decision})"
 
     def render(self, console: Console) -> None:
         console.print(self.rich_tree())
@@ -184,7 +201,9 @@ def _payload(text: str | None, location: str, *, full: bool) -> str | None:
 def load_tree(
     dataset: Dataset, trace_id: str, *, payloads: bool = False, full: bool = False
 ) -> SpanTree | None:
-    """The tree of ``trace_id``, or None when the data dir has none of its spans.
+    """The tree of ``trace_id``; None when the data dir has neither its spans nor its ``traces`` row.
+
+    A trace sampling dropped has a row and no spans: its tree has no roots and says so.
 
     ``payloads`` adds each span's ``request`` and ``response`` (abridged unless ``full``).
     """
@@ -198,12 +217,13 @@ def load_tree(
             params=[trace_id],
         )
     )
+    traces = dataset.sql_arrow("SELECT * EXCLUDE (dt) FROM traces WHERE trace_id = ?", params=[trace_id])
+    trace = to_rows(traces)[0] if traces.num_rows else None
     if not spans:
-        return None
+        return None if trace is None else SpanTree(trace_id, [], trace, 0)
     for span in spans if payloads else ():
         for name in _PAYLOADS:
             span[name] = _payload(span[name], dataset.location, full=full)
-    traces = dataset.sql_arrow("SELECT * EXCLUDE (dt) FROM traces WHERE trace_id = ?", params=[trace_id])
     nodes = {}
     for span in spans:
         nodes.setdefault(span["span_id"], SpanNode(span))
@@ -218,5 +238,4 @@ def load_tree(
         else:
             parent.children.append(node)
     roots.sort(key=lambda n: (n.span.get("is_orphan") or False, n.span["parent_span_id"] is not None))
-    trace = to_rows(traces)[0] if traces.num_rows else None
     return SpanTree(trace_id, roots, trace, len(spans))

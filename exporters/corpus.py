@@ -400,7 +400,9 @@ def write_corpus(
     data = location(data_dir)
     place = location(out)
     if place.exists() and not overwrite:
-        raise CorpusWriteError(f"{place} already exists; choose another --out or remove it")
+        raise CorpusWriteError(
+            f"{place} already exists; choose another --out, or pass --overwrite to replace it"
+        )
     if not selections:
         raise CorpusWriteError("nothing selected: the corpus would be empty")
     ids = [s.trace_id for s in selections]

@@ -167,6 +167,8 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
     """
     place = location(path)
     if place.remote:
+        if not place.is_file(corpus_format.MANIFEST) and place.child("traces").exists():
+            raise CorpusError(_a_data_dir(place.url))
         if not place.is_file(corpus_format.MANIFEST):
             manifest = corpus_format.MANIFEST
             raise CorpusError(
@@ -178,9 +180,18 @@ def load_corpus(path: str | os.PathLike[str], *, verify: bool = True) -> Corpus:
     return _load(place.local_path(), verify=verify)
 
 
+def _a_data_dir(where: object) -> str:
+    return (
+        f"{where} is a data dir (spans/, traces/), not a replay corpus: make a corpus from it with "
+        f"`tailcut select --data {where} --out CORPUS` or `tailcut export-corpus --data {where} ...`"
+    )
+
+
 def _load(root: Path, *, verify: bool) -> Corpus:
     if not root.is_dir():
         raise CorpusError(f"corpus refused: {root} is not a directory; write one with tailcut export-corpus")
+    if not (root / corpus_format.MANIFEST).exists() and (root / "traces").is_dir():
+        raise CorpusError(_a_data_dir(root))
     manifest = corpus_format.verified_manifest(root, verify=verify)
     rows = corpus_format.read_rows(root / corpus_format.RUNS, corpus_format.RUNS_SCHEMA)
     if verify:

@@ -202,7 +202,22 @@ def test_tree_text_and_json(fleet, sampled):
     assert [c["kind"] for c in root["children"]][:3] == ["memory", "retriever", "llm"]
     assert as_json["trace"]["kept"] is True
     unknown = run("tree", "f" * 32, "--data", str(sampled))
-    assert unknown.exit_code == 1 and "no spans of trace" in unknown.output
+    assert unknown.exit_code == 1 and f"no trace {'f' * 32}" in unknown.output
+
+
+def test_tree_of_a_dropped_trace_says_sampling_dropped_it_and_shows_its_decision(sampled):
+    data = Dataset(sampled)
+    dropped, policies = data.sql(
+        "SELECT trace_id, policies FROM traces WHERE NOT kept ORDER BY trace_id LIMIT 1"
+    ).row(0)
+    data.close()
+    text = run("tree", dropped, "--data", str(sampled))
+    assert text.exit_code == 0, text.output
+    assert "dropped by sampling" in text.output and "decision " in text.output
+    assert "only its traces row is kept" in text.output
+    as_json = json.loads(run("tree", dropped, "--data", str(sampled), "--json").output)
+    assert as_json["spans"] == [] and as_json["trace"]["kept"] is False
+    assert as_json["trace"]["policies"] == policies
 
 
 def test_classify_prints_a_summary_and_writes_findings(sampled, tmp_path):

@@ -264,6 +264,14 @@ def test_export_corpus_takes_pi_and_baseline_from_the_traces_table(data_dir, tmp
     assert replay.load_corpus(out).run(second).baseline is True
 
 
+def test_a_data_dir_given_as_a_corpus_is_named_a_data_dir_with_the_command_that_makes_one(data_dir):
+    with pytest.raises(CorpusError, match=r"is a data dir \(spans/, traces/\), not a replay corpus"):
+        replay.load_corpus(data_dir)
+    result = CliRunner().invoke(cli, ["replay", str(data_dir), "--agent", "tests.test_replay_corpus:agent"])
+    assert result.exit_code != 0 and "tailcut select --data" in result.output
+    assert "damaged" not in result.output and "manifest" not in result.output
+
+
 def test_export_corpus_lists_a_trace_it_cannot_replay_and_refuses_bad_ids(data_dir, tmp_path):
     ghost = "a" * 32
     out = tmp_path / "corpus"
@@ -278,7 +286,7 @@ def test_export_corpus_lists_a_trace_it_cannot_replay_and_refuses_bad_ids(data_d
     again = CliRunner().invoke(
         cli, ["export-corpus", "--data", str(data_dir), "--trace", ghost, "--out", str(out)]
     )
-    assert again.exit_code == 1 and "already exists" in again.output
+    assert again.exit_code == 1 and "already exists" in again.output and "--overwrite" in again.output
 
     bad = CliRunner().invoke(cli, ["export-corpus", "--data", str(data_dir), "--trace", "xyz", "--out", "x"])
     assert bad.exit_code == 1
