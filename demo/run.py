@@ -392,6 +392,6 @@ def print_summary(paths: DemoPaths, result: DemoResult, console: Console) -> Non
         "      --agent tailcut.demo.fleet:agent_v2 --live router:refund_guard -n 3 \\",
         "      --check tailcut.demo.fleet:check_run --reset tailcut.demo.fleet:reset_desk",
         f"  tailcut ui --data {paths.data} --results {paths.validation}",
-        f"  open {paths.report}",
+        f"  python -m webbrowser {Path(paths.report).resolve().as_uri()}   # the report, in any OS's browser",
     ]
     console.print("\n".join(lines), soft_wrap=True)  # commands stay whole, to copy and paste

@@ -147,6 +147,7 @@ def test_report_corpus_and_no_process_left_behind(demo):
     out, stdout, _ = demo
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 3
+    assert f"python -m webbrowser {(out / 'report.html').resolve().as_uri()}" in stdout  # any OS
     manifest = json.loads((out / "corpus" / "manifest.json").read_text())
     assert any(t["baseline"] for t in manifest["traces"])
     assert any(t["categories"] for t in manifest["traces"])
