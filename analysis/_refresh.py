@@ -12,9 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
 
+from tailcut.exporters._hooks import Published, WriterHook
 from tailcut.exporters._location import is_remote
+
+if TYPE_CHECKING:
+    from tailcut.exporters._writer import DataDirWriter
 
 _logger = logging.getLogger("tailcut.analysis")
 #: Default shortest time between two refreshes of one data dir, in seconds.
@@ -37,8 +42,11 @@ def refresh(location: str) -> bool:
         return _findings.stored_key(data.location) == _findings.source_key(data)
 
 
-class FindingsRefresher:
+class FindingsRefresher(WriterHook):
     """Refreshes one data dir's findings on a background thread after :meth:`poke`, debounced.
+
+    As a writer's hook it is poked whenever files are published, and closed with the writer (an aborted
+    writer does not wait for a pending refresh).
 
     Parameters
     ----------
@@ -73,6 +81,12 @@ class FindingsRefresher:
         """Ask for a refresh (returns at once; several pokes before it runs make one refresh)."""
         with self._idle:
             self._wanted.set()
+
+    def on_publish(self, writer: DataDirWriter, files: Sequence[Published]) -> None:
+        self.poke()
+
+    def on_close(self, writer: DataDirWriter, *, aborted: bool) -> None:
+        self.close(0 if aborted else 30.0)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no refresh is pending or running; False if ``timeout`` seconds passed first."""

@@ -1,4 +1,5 @@
-"""The analysis commands: ``tailcut sql``, ``tree``, ``classify``, ``report``, ``compare``, ``select``.
+"""The analysis commands: ``tailcut sql``, ``tree``, ``classify``, ``report``, ``compare``, ``select``, and
+``ingest`` (the exporters' command, registered here with the per-trace features and findings refresh).
 
 Each command opens a :class:`~tailcut.analysis.Dataset`, calls one library function and renders its
 result. Library errors (:class:`~tailcut.errors.TailcutError`) propagate to the ``tailcut`` group, which
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from tailcut.cli import format_option
+from tailcut.exporters.cli import ingest_command
 
 _data_option = click.option(
     "--data",
@@ -522,3 +524,25 @@ def _selection_record(selection: Any) -> dict[str, Any]:
         "inclusion_probability": selection.inclusion_probability,
         "baseline": selection.baseline,
     }
+
+
+def _ingest_hooks() -> list[Any]:
+    """What ``tailcut ingest`` writes beside the spans: the classifier's per-trace features."""
+    from tailcut.analysis._feature_worker import FeatureHook
+
+    return [FeatureHook()]
+
+
+def _refresh_findings(data_dir: str) -> None:
+    """Recompute ``findings/`` for the files just written (a failure only warns: reads refresh it too)."""
+    from tailcut.analysis._refresh import refresh
+    from tailcut.errors import TailcutError
+
+    try:
+        refresh(data_dir)
+    except TailcutError as exc:
+        click.echo(f"findings/ not refreshed ({exc}); the next read of findings refreshes it", err=True)
+
+
+#: ``tailcut ingest``: the exporters' command (storage alone) with the analysis work wired in.
+ingest = ingest_command(_ingest_hooks, _refresh_findings)

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import collections
 import functools
+import importlib
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,11 +47,9 @@ from tailcut.collector._wal import WriteAheadLog
 from tailcut.collector._whole import self_contained
 from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
+from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._location import is_remote
 from tailcut.exporters._varint import encode_varint
-
-if TYPE_CHECKING:
-    from tailcut.analysis._refresh import FindingsRefresher
 
 _logger = logging.getLogger("tailcut.collector")
 _ATTRIBUTES_TAG = b"\x4a"  # Span.attributes: field 9, length-delimited
@@ -63,6 +62,14 @@ RECOVERY_BACKOFF: Final = 0.5
 RECOVERY_MAX_BACKOFF: Final = 5.0
 #: Submissions this close in time share their entry in the unpublished list (its age is the first's).
 _AGE_RESOLUTION: Final = 0.1
+#: The analysis work wired into every writer the sink opens (the per-trace features, the findings refresh
+#: after each publish), as ``module:function`` taking the data dir and ``roll_seconds``. Named, not
+#: imported: the collector sits beside analysis, not above it (DESIGN.md section 1), and storage only calls
+#: back, through the hooks this returns.
+ANALYSIS_HOOKS: Final = "tailcut.analysis._writer_hooks:pipeline_hooks"
+
+#: Makes the post-write hooks of one writer of the data dir (called for every writer the sink opens).
+HookFactory = Callable[[str, float], Sequence[WriterHook]]
 
 
 class RawSpan(NamedTuple):
@@ -133,11 +140,17 @@ class Sink:
         The collector config (data dir, roll settings, forwarders).
     metrics
         Where write latency and row counts go.
+    hooks
+        Makes the post-write hooks of each writer from the data dir and its ``roll_seconds`` (default: the
+        analysis work :data:`ANALYSIS_HOOKS` names; ``lambda path, roll: ()`` for none).
     """
 
-    def __init__(self, config: CollectorConfig, metrics: CollectorMetrics) -> None:
+    def __init__(
+        self, config: CollectorConfig, metrics: CollectorMetrics, hooks: HookFactory | None = None
+    ) -> None:
         self.config = config
         self.metrics = metrics
+        self._hooks = hooks
         parquet = config.parquet
         self.roll_seconds = parquet.roll_seconds if parquet is not None else FLUSH_INTERVAL
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -167,8 +180,6 @@ class Sink:
         self.closed_cleanly = False
         #: Where published file names are logged before the files appear (set by the processor).
         self.wal: WriteAheadLog | None = None
-        #: Recomputes ``findings/`` after each publish, on its own thread (local data dirs only).
-        self.findings: FindingsRefresher | None = None
 
     # --- lifecycle (called from the owner's thread) ---------------------------------------------------------
     def start(self) -> None:
@@ -177,14 +188,6 @@ class Sink:
                 self._writer = self._open_writer()
             except TailcutError as exc:
                 raise CollectorError(str(exc)) from None
-            if not is_remote(self.config.parquet.path):
-                from tailcut.analysis._refresh import DEFAULT_INTERVAL, FindingsRefresher
-
-                # At most one refresh per roll_age: rows are published on that clock, and a busy
-                # collector must not reclassify its whole data dir every few seconds.
-                self.findings = FindingsRefresher(
-                    self.config.parquet.path, interval=max(DEFAULT_INTERVAL, self.config.parquet.roll_seconds)
-                )
         self.forwarding.start([make_forwarder(forwarder) for forwarder in self.config.forwarders])
         self._thread = threading.Thread(target=self._run, name="tailcut-writer", daemon=True)
         self._thread.start()
@@ -199,8 +202,6 @@ class Sink:
         unfinished = self._thread.is_alive()
         self._thread = None
         self.forwarding.close(timeout)
-        if self.findings is not None:
-            self.findings.close()
         if self.fault is not None:
             kept = "; the write-ahead log keeps what was not written" if self.wal is not None else ""
             raise CollectorError(f"writing failed: {self.fault}{kept}")
@@ -209,14 +210,15 @@ class Sink:
 
     def abort(self) -> None:
         """Stop without waiting for anything (start failed)."""
+        running = False
         if self._thread is not None:
             self._stopping.set()
             self._queue.put(_STOP)
             self._thread.join(5)
-            self._thread = None
+            running, self._thread = self._thread.is_alive(), None
         self.forwarding.close(5)
-        if self.findings is not None:
-            self.findings.close(0)
+        if self._writer is not None and not running:
+            self._writer.abort()  # closes its hooks (a pending findings refresh is dropped)
 
     # --- from the event loop --------------------------------------------------------------------------------
     def submit(self, items: Sequence[KeptSpans | TraceRow]) -> int:
@@ -267,15 +269,22 @@ class Sink:
                 self._idle.wait(remaining)
         return True
 
+    @property
+    def hooks(self) -> tuple[WriterHook, ...]:
+        """The post-write hooks of the writer in use (none without a data dir)."""
+        return () if self._writer is None else self._writer.hooks
+
     # --- the writer thread ----------------------------------------------------------------------------------
     def _open_writer(self) -> DataDirWriter:
         parquet = self.config.parquet
         assert parquet is not None
+        hooks = self._hooks or _analysis_hooks
         return DataDirWriter(
             parquet.path,
             roll_bytes=parquet.roll_bytes,
             roll_seconds=parquet.roll_seconds,
             before_publish=self._log_publish,
+            hooks=hooks(parquet.path, parquet.roll_seconds),
         )
 
     def _log_publish(self, table: str, relative: str) -> None:
@@ -352,12 +361,9 @@ class Sink:
             else:
                 self._writer.flush()
         with self._lock:
-            landed = written > self.published_seq
             self.published_seq = max(self.published_seq, written)
             while self._unpublished and self._unpublished[0][0] <= written:
                 self._unpublished.popleft()
-        if landed and self.findings is not None:
-            self.findings.poke()
 
     def _write(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
         main = [item for _, item in kept if not item.late]
@@ -501,6 +507,13 @@ class Sink:
         self.metrics.write_seconds.labels("traces").observe(time.perf_counter() - started)
         self.metrics.rows_written.labels("traces").inc(table.num_rows)
         self.rows_written += table.num_rows
+
+
+def _analysis_hooks(path: str, roll_seconds: float) -> Sequence[WriterHook]:
+    """The hooks :data:`ANALYSIS_HOOKS` names, for one writer of ``path``."""
+    module, _, name = ANALYSIS_HOOKS.partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    return factory(path, roll_seconds=roll_seconds)
 
 
 def _touch(directory: Path) -> None:

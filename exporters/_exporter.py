@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tailcut import _config
 from tailcut.errors import TailcutError
+from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._payloads import copy_payloads, data_dir_store
 from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
@@ -63,6 +64,10 @@ class ParquetSpanExporter(SpanExporter):
         writes to, ``tailcut.init(payload_dir=...)``).
     roll_bytes, roll_seconds
         File rolling of the underlying :class:`DataDirWriter`.
+    hooks
+        Post-write hooks of that writer (:class:`~tailcut.exporters._hooks.WriterHook`). None by default:
+        the agent's process computes nothing from the spans it writes (no DuckDB); per-trace features
+        are then left to the classifier, which reads the spans.
 
     Examples
     --------
@@ -84,6 +89,7 @@ class ParquetSpanExporter(SpanExporter):
         payload_stores: Sequence[PayloadStore] | None = None,
         roll_bytes: int = DEFAULT_ROLL_BYTES,
         roll_seconds: float = DEFAULT_ROLL_SECONDS,
+        hooks: Sequence[WriterHook] = (),
     ) -> None:
         if root_grace < 0 or trace_timeout <= 0 or max_pending_spans < 1:
             raise ValueError("root_grace must be >= 0, trace_timeout and max_pending_spans positive")
@@ -91,7 +97,7 @@ class ParquetSpanExporter(SpanExporter):
         self.trace_timeout = trace_timeout
         self.max_pending_spans = max_pending_spans
         self._payload_stores = payload_stores
-        self._writer = DataDirWriter(data_dir, roll_bytes=roll_bytes, roll_seconds=roll_seconds)
+        self._writer = DataDirWriter(data_dir, roll_bytes=roll_bytes, roll_seconds=roll_seconds, hooks=hooks)
         self._target_store = data_dir_store(data_dir)
         self._pending: collections.OrderedDict[int, _Pending] = collections.OrderedDict()
         self._pending_spans = 0

@@ -25,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from tailcut.exporters._batch import DecodedSpans
 from tailcut.exporters._errors import BadOtlpInput
+from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._normalize import normalize
 from tailcut.exporters._otlp_json import json_records
 from tailcut.exporters._payloads import copy_payloads, data_dir_store
@@ -144,6 +145,7 @@ def ingest(
     skip_bad: bool = False,
     payload_stores: Sequence[PayloadStore] = (),
     progress: Callable[[int], None] | None = None,
+    hooks: Sequence[WriterHook] = (),
 ) -> IngestReport:
     """Normalise OTLP files and write them into a data dir (each file whole, or nothing of it).
 
@@ -159,6 +161,9 @@ def ingest(
         Stores to copy offloaded payloads from into ``DATA/payloads``.
     progress
         Called with the number of bytes of each file once it is done.
+    hooks
+        Post-write hooks for the data-dir writer (``tailcut ingest`` passes the classifier's per-trace
+        features, :mod:`tailcut.analysis._writer_hooks`; none by default).
 
     Returns
     -------
@@ -177,7 +182,7 @@ def ingest(
             report.problems.append(problem)
 
     target = data_dir_store(data_dir)
-    with DataDirWriter(data_dir) as writer:
+    with DataDirWriter(data_dir, hooks=hooks) as writer:
         for path in paths:
             try:
                 batch = read_otlp_file(path, skip=skip if skip_bad else None)

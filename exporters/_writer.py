@@ -18,11 +18,17 @@ it (the caller blocks beyond that). That thread also checks each written batch's
 arrives, while it would otherwise wait for a row group to fill, so the last row group (written when the
 writer is flushed or closed, with the caller waiting) costs only its sort and encoding. A failure there is
 raised by the caller's next call.
+
+The writer computes nothing from the rows it stores: whoever owns it passes post-write hooks
+(:mod:`._hooks`), called back after each write and publish, so the owner decides what analysis work runs
+where (the collector and ``tailcut ingest`` wire in the classifier's per-trace features and the findings
+refresh; the agent's in-process exporter wires in none, and runs no DuckDB).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import shutil
@@ -43,11 +49,13 @@ import pyarrow.parquet as pq
 from tailcut.exporters import schema
 from tailcut.exporters._atomic import part_names, publish, stale_temporaries
 from tailcut.exporters._errors import DataDirError
+from tailcut.exporters._hooks import Published, WriterHook
 from tailcut.exporters._json_columns import readable_json
 from tailcut.exporters._location import Location, location
 from tailcut.exporters._pieces import drop_carriers, piece_days, take_pieces
 from tailcut.exporters._row_order import sort_rows
 
+_logger = logging.getLogger("tailcut.exporters")
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_ROLL_SECONDS: Final = 60.0
 DEFAULT_ROW_GROUP_ROWS: Final = 100_000
@@ -206,6 +214,9 @@ class DataDirWriter:
         Called with each finished file's table name and final path (relative to the data dir) just
         before the file appears there; if it raises, the file is not published (its rows are lost and the
         error is raised like a write error). The collector logs the name in its write-ahead log first.
+    hooks
+        Work to run after the writes (:class:`~tailcut.exporters._hooks.WriterHook`), such as the
+        per-trace features of the classifier; the writer owns them from here on (it closes them).
 
     Raises
     ------
@@ -231,6 +242,7 @@ class DataDirWriter:
         compression_level: int | None = None,
         background: bool = True,
         before_publish: Callable[[str, str], None] | None = None,
+        hooks: Sequence[WriterHook] = (),
     ) -> None:
         if roll_bytes < 1 or roll_seconds <= 0 or row_group_rows < 1:
             raise ValueError("roll_bytes, roll_seconds and row_group_rows must be positive")
@@ -245,6 +257,10 @@ class DataDirWriter:
         self.row_group_rows = row_group_rows
         self.compression_level = compression_level
         self._before_publish = before_publish
+        self.hooks: tuple[WriterHook, ...] = tuple(hooks)
+        #: files published and not yet reported to the hooks (appended by the writer thread)
+        self._published: list[Published] = []
+        self._published_lock = threading.Lock()
         self._lock = threading.RLock()
         self._partitions: dict[tuple[str, str], _Partition] = {}
         self._closed = False
@@ -257,9 +273,6 @@ class DataDirWriter:
         except OSError as exc:
             raise DataDirError(f"cannot use data dir {self.location}: {exc.strerror or exc}") from None
         self._worker = _Worker() if background else None
-        from tailcut.analysis._features import FeatureWorker
-
-        self._features = FeatureWorker()
 
     # --- public ------------------------------------------------------------------------------------------
     def write_spans(self, table: pa.Table) -> None:
@@ -277,7 +290,7 @@ class DataDirWriter:
         self._write("spans", table, days)
         if pieces_days is not None:
             self._write("pieces", pieces, pieces_days)
-        self._write_features(table, pieces)
+        self._after_write({"spans": table, "pieces": pieces})
 
     def write_traces(self, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
         """Add ``traces`` rows: a table with the ``TRACES`` schema, or row dicts (times as ns integers,
@@ -286,60 +299,55 @@ class DataDirWriter:
         start = pc.coalesce(table.column("start_time"), table.column("decided_at"))
         days = np.floor_divide(start.cast(pa.int64()).to_numpy(), _DAY_US)
         self._write("traces", table, days)
+        self._after_write({"traces": table})
 
-    def _write_features(self, spans: pa.Table, pieces: pa.Table) -> None:
-        """Hand the spans just written to the features worker, and add the ``trace_features`` and
-        ``trace_checks`` rows it finished (see :mod:`tailcut.analysis._features`)."""
-        if spans.num_rows:
-            self._features.submit(spans, pieces)
-        self._take_features()
-
-    def _take_features(self) -> None:
-        for tables in self._features.finished():
-            for name, table in zip(("trace_features", "trace_checks"), tables, strict=True):
-                days = np.floor_divide(table.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
-                self._write(name, table, days)
+    def write_table(self, name: str, table: pa.Table) -> None:
+        """Add rows to another table of one row per trace (``trace_features``, ``trace_checks``: what a
+        hook computes), partitioned by their ``start_time``."""
+        if name not in _PER_TRACE_TABLES or name == "traces":
+            raise ValueError(f"write_table takes {sorted(_PER_TRACE_TABLES - {'traces'})}, not {name!r}")
+        table = _conform(name, table)
+        days = np.floor_divide(table.column("start_time").cast(pa.int64()).to_numpy(), _DAY_US)
+        self._write(name, table, days)
+        self._after_write({name: table})
 
     def flush_if_due(self) -> None:
         """Publish every partition whose oldest unpublished row is ``roll_seconds`` old."""
         with self._lock:
             self._raise_failure()
-            now = time.monotonic()
-            for key, partition in list(self._partitions.items()):
-                if partition.oldest is not None and now - partition.oldest >= self.roll_seconds:
-                    self._publish(key, partition)
+            self._publish_due()
+        self._report_published()
 
     def flush(self) -> None:
         """Write and publish everything written so far (returns once it is on disk)."""
         with self._lock:
             self._raise_failure()
             if not self._closed:
-                self._features.wait()
-                self._take_features()
+                self._call_hooks("before_flush")
             for key, partition in list(self._partitions.items()):
                 self._publish(key, partition)
             if self._worker is not None:
                 self._worker.wait()
             self._raise_failure()
+        self._report_published()
 
     def close(self) -> None:
-        """Flush everything and stop accepting rows (idempotent)."""
+        """Flush everything and stop accepting rows (idempotent); the hooks are closed last."""
         with self._lock:
             if self._closed:
                 return
             try:
-                self._features.wait()
-                self._take_features()
+                self._call_hooks("before_flush")
             finally:
                 self._closed = True
             try:
                 self.flush()
             finally:
-                self._features.stop()
                 if self._worker is not None:
                     self._worker.stop()
                 if self._remote is not None:
                     shutil.rmtree(self.root, ignore_errors=True)
+                self._call_hooks("on_close", aborted=False)
 
     def abort(self) -> None:
         """Stop at once without publishing anything: files being written are deleted (after an I/O error).
@@ -347,14 +355,15 @@ class DataDirWriter:
         Rows not yet published are lost; the caller still holds them elsewhere (the write-ahead log).
         """
         with self._lock:
-            self._closed = True
-            self._features.stop()
+            was_closed, self._closed = self._closed, True
             if self._worker is not None:
                 self._worker.failure = self._worker.failure or DataDirError("the writer was aborted")
                 self._worker.stop()
             for partition in self._partitions.values():
                 self._abandon(partition)
             self._partitions.clear()
+            if not was_closed:
+                self._call_hooks("on_close", aborted=True)
 
     def __enter__(self) -> DataDirWriter:
         return self
@@ -363,6 +372,27 @@ class DataDirWriter:
         self.close()
 
     # --- internals ---------------------------------------------------------------------------------------
+    def _after_write(self, rows: Mapping[str, pa.Table]) -> None:
+        self._call_hooks("on_write", rows)
+        self._report_published()
+
+    def _report_published(self) -> None:
+        """Tell the hooks which files appeared since the last report (on the caller's thread)."""
+        if not self.hooks:
+            return
+        with self._published_lock:
+            files, self._published = self._published, []
+        if files:
+            self._call_hooks("on_publish", files)
+
+    def _call_hooks(self, callback: str, *args: Any, **kwargs: Any) -> None:
+        """Run one callback of every hook; a hook's failure is logged, never raised (the rows are stored)."""
+        for hook in self.hooks:
+            try:
+                getattr(hook, callback)(self, *args, **kwargs)
+            except Exception as exc:
+                _logger.warning("writer hook %s.%s failed: %r", type(hook).__name__, callback, exc)
+
     def _write(self, name: str, table: pa.Table, days: np.ndarray) -> None:
         if table.num_rows == 0:
             return
@@ -373,7 +403,13 @@ class DataDirWriter:
             for day in np.unique(days).tolist():
                 part = table if len(days) and (days == day).all() else table.filter(pa.array(days == day))
                 self._append(name, _day_name(day), part)
-            self.flush_if_due()
+            self._publish_due()
+
+    def _publish_due(self) -> None:
+        now = time.monotonic()
+        for key, partition in list(self._partitions.items()):
+            if partition.oldest is not None and now - partition.oldest >= self.roll_seconds:
+                self._publish(key, partition)
 
     def _append(self, name: str, day: str, table: pa.Table) -> None:
         key = (name, day)
@@ -440,6 +476,10 @@ class DataDirWriter:
                 if self._before_publish is not None:
                     self._before_publish(partition.name, partition.final.relative_to(self.root).as_posix())
                 self._publish_file(partition.temporary, partition.final)
+                if self.hooks:
+                    relative = partition.final.relative_to(self.root).as_posix()
+                    with self._published_lock:
+                        self._published.append(Published(partition.name, relative))
                 partition.writer = partition.temporary = partition.final = None
         except OSError as exc:
             self._abandon(partition)

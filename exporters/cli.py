@@ -1,14 +1,20 @@
-"""The exporters' commands: ``tailcut ingest`` and ``tailcut export-corpus``."""
+"""The exporters' commands: ``tailcut export-corpus``, and ``tailcut ingest`` as :func:`ingest_command`
+builds it (registered by :mod:`tailcut.analysis.cli`, which wires in the analysis work)."""
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tailcut.errors import TailcutError
+
+if TYPE_CHECKING:
+    from tailcut.exporters._hooks import WriterHook
+    from tailcut.exporters._ingest import IngestReport
 
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 #: Why an exported trace is in its corpus (the manifest says so for every trace).
@@ -18,33 +24,66 @@ EXPORT_REASON = "exported by id"
 _PROGRESS_BYTES = 16 * 1024 * 1024
 
 
-@click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
-@click.option(
-    "--data",
-    "data_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=str),
-    help="The data dir to write to, a path or s3://bucket/prefix (created if missing).",
-)
-@click.option(
-    "--skip-bad", is_flag=True, help="Skip bad records (and files) instead of stopping at the first."
-)
-@click.option(
-    "--payloads",
-    "payload_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False, exists=True, path_type=str),
-    help="A payload store to copy offloaded payloads from (repeatable).",
-)
-def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: tuple[str, ...]) -> None:
-    """Write OTLP JSON or protobuf FILES into a data dir.
+def ingest_command(
+    hooks: Callable[[], Sequence[WriterHook]] = tuple, after: Callable[[str], None] | None = None
+) -> click.Command:
+    """The ``tailcut ingest`` command, writing through the post-write ``hooks()`` it makes for each run and
+    calling ``after(data_dir)`` once files were written.
 
-    Reads OTLP/JSON (a request body, or JSON lines as the OpenTelemetry Collector's file exporter
-    writes them) and OTLP protobuf (ExportTraceServiceRequest or TracesData), gzip-compressed or not.
-    Each file is checked whole before any of it is written. Python twin:
-    tailcut.exporters.ingest.
+    Storage computes nothing from what it writes: :mod:`tailcut.analysis.cli` registers this command with
+    the classifier's per-trace features as hooks and the findings refresh as ``after``.
     """
+
+    @click.command("ingest")
+    @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
+    @click.option(
+        "--data",
+        "data_dir",
+        required=True,
+        type=click.Path(file_okay=False, path_type=str),
+        help="The data dir to write to, a path or s3://bucket/prefix (created if missing).",
+    )
+    @click.option(
+        "--skip-bad", is_flag=True, help="Skip bad records (and files) instead of stopping at the first."
+    )
+    @click.option(
+        "--payloads",
+        "payload_dirs",
+        multiple=True,
+        type=click.Path(file_okay=False, exists=True, path_type=str),
+        help="A payload store to copy offloaded payloads from (repeatable).",
+    )
+    def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: tuple[str, ...]) -> None:
+        """Write OTLP JSON or protobuf FILES into a data dir.
+
+        Reads OTLP/JSON (a request body, or JSON lines as the OpenTelemetry Collector's file exporter
+        writes them) and OTLP protobuf (ExportTraceServiceRequest or TracesData), gzip-compressed or not.
+        Each file is checked whole before any of it is written. Python twin:
+        tailcut.exporters.ingest.
+        """
+        report = _run_ingest(files, data_dir, skip_bad, payload_dirs, hooks())
+        if report.files and after is not None:
+            after(data_dir)
+        click.echo(
+            f"ingested {report.spans} spans in {report.traces} traces from {report.files} file(s) "
+            f"into {data_dir}"
+        )
+        if report.skipped:
+            click.echo(f"skipped {report.skipped} bad record(s); first: {report.problems[0]}")
+        if report.payloads_missing:
+            click.echo(f"{report.payloads_missing} offloaded payload(s) were not found in the payload stores")
+
+    return ingest
+
+
+def _run_ingest(
+    files: tuple[str, ...],
+    data_dir: str,
+    skip_bad: bool,
+    payload_dirs: tuple[str, ...],
+    hooks: Sequence[WriterHook],
+) -> IngestReport:
+    """:func:`tailcut.exporters.ingest` with a progress bar on a terminal (several files, or large ones)."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
@@ -68,34 +107,16 @@ def ingest(files: tuple[str, ...], data_dir: str, skip_bad: bool, payload_dirs: 
     with progress:
         task = progress.add_task("ingest", total=total)
         try:
-            report = run_ingest(
+            return run_ingest(
                 files,
                 data_dir,
                 skip_bad=skip_bad,
                 payload_stores=[PayloadStore(d) for d in payload_dirs],
                 progress=lambda done: progress.advance(task, done),
+                hooks=hooks,
             )
         except TailcutError as exc:
             raise click.ClickException(str(exc)) from None
-    if report.files:
-        _refresh_findings(data_dir)
-    click.echo(
-        f"ingested {report.spans} spans in {report.traces} traces from {report.files} file(s) into {data_dir}"
-    )
-    if report.skipped:
-        click.echo(f"skipped {report.skipped} bad record(s); first: {report.problems[0]}")
-    if report.payloads_missing:
-        click.echo(f"{report.payloads_missing} offloaded payload(s) were not found in the payload stores")
-
-
-def _refresh_findings(data_dir: str) -> None:
-    """Recompute ``findings/`` for the files just written (a failure only warns: reads refresh it too)."""
-    from tailcut.analysis._refresh import refresh
-
-    try:
-        refresh(data_dir)
-    except TailcutError as exc:
-        click.echo(f"findings/ not refreshed ({exc}); the next read of findings refreshes it", err=True)
 
 
 @click.command("export-corpus")

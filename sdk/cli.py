@@ -22,7 +22,7 @@ from tailcut.errors import MissingDependencyError, TailcutError
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("tailcut.demo.cli:demo", "Run the whole pipeline on this machine with a scripted model."),
     "collect": ("tailcut.collector.cli:collect", "Receive OTLP, tail-sample traces and write Parquet."),
-    "ingest": ("tailcut.exporters.cli:ingest", "Write OTLP JSON or protobuf files into a data dir."),
+    "ingest": ("tailcut.analysis.cli:ingest", "Write OTLP JSON or protobuf files into a data dir."),
     "sql": ("tailcut.analysis.cli:sql", "Query the data dir with DuckDB SQL (shell without a query)."),
     "tree": ("tailcut.analysis.cli:tree", "Show one trace as an indented span tree."),
     "classify": ("tailcut.analysis.cli:classify", "Find failure categories in the kept traces."),

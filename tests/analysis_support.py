@@ -1,7 +1,8 @@
 """Shared by the analysis tests: real data dirs from the SDK and the demo fleet, and a tail-sampled copy.
 
 Data dirs are written the way production writes them: spans through the OTel SDK into the embedded
-``ParquetSpanExporter``, or the demo fleet (the real ``openai`` SDK against the scripted model server).
+``ParquetSpanExporter`` (which computes no per-trace features), or the demo fleet (the real ``openai`` SDK
+against the scripted model server).
 The fleet's data dir is built once per test session (:func:`fleet_data`), then put on a scripted clock
 (:func:`scripted_clock`) so that no duration a rule reads depends on how busy the host was.
 :func:`tail_sample` rewrites a data dir the way the collector's design decides: every failing trace
@@ -31,13 +32,28 @@ FLEET_RUNS = 500
 FLEET_SEED = 11
 
 
-def record(data: Path, body: Callable[[], Any]) -> Any:
-    """Run ``body`` with the SDK recording into ``data`` through the embedded exporter; returns its result."""
+def pipeline_writer(data: Path) -> DataDirWriter:
+    """A writer of ``data`` with the classifier's per-trace features hooked in, as the collector and
+    ``tailcut ingest`` write (the embedded exporter computes none)."""
+    from tailcut.analysis._feature_worker import FeatureHook
+
+    return DataDirWriter(data, hooks=[FeatureHook()])
+
+
+def record(data: Path, body: Callable[[], Any], *, features: bool = False) -> Any:
+    """Run ``body`` with the SDK recording into ``data`` through the embedded exporter; returns its result.
+
+    ``features``: with the classifier's per-trace features computed as the spans are written (as the
+    collector and ``tailcut ingest`` do; the embedded exporter alone computes none).
+    """
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+    from tailcut.analysis._feature_worker import FeatureHook
+
+    hooks = [FeatureHook()] if features else []
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(data, root_grace=0.0)))
+    provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(data, root_grace=0.0, hooks=hooks)))
     previous = _config.install(_config.Config(enabled=True, tracer=provider.get_tracer("analysis-tests")))
     try:
         return body()
@@ -188,7 +204,7 @@ def scripted_clock(data: Path) -> None:
     for table in ("spans", "traces", "trace_features"):  # the features describe the spans as written
         for part in (data / table).glob("**/*.parquet"):
             part.unlink()
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(spans)
         writer.write_traces(traces)
 
@@ -250,7 +266,7 @@ def rewrite(
     kept = [row["trace_id"] for row in rows if row["kept"]]
     spans = read_table(source, "spans")
     spans = spans.filter(pc.is_in(spans.column("trace_id"), pa.array(kept)))
-    with DataDirWriter(target) as writer:
+    with pipeline_writer(target) as writer:
         writer.write_spans(spans)
         writer.write_traces(pa.Table.from_pylist(rows, schema=schema.TRACES))
     copy_pieces(source, target)

@@ -322,8 +322,9 @@ EXPECTED: dict[str, dict[str, tuple[str, int | None, str]]] = {
 }
 
 
-def record_census(data: Path) -> dict[str, str]:
-    """Record normal runs, then every scenario once, through the SDK; the trace id of each scenario."""
+def record_census(data: Path, *, features: bool = False) -> dict[str, str]:
+    """Record normal runs, then every scenario once, through the SDK; the trace id of each scenario
+    (``features``: with the per-trace features, see :func:`tests.analysis_support.record`)."""
     traces: dict[str, str] = {}
 
     def body() -> None:
@@ -338,7 +339,7 @@ def record_census(data: Path) -> dict[str, str]:
             except (RuntimeError, ValueError):
                 pass
 
-    record(data, body)
+    record(data, body, features=features)
     return traces
 
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tailcut import attributes as attr
 from tailcut._pieces import placeholder
 from tailcut.analysis import Dataset, Thresholds, _features
-from tailcut.exporters import DataDirWriter, schema
-from tests.analysis_support import read_table, spans_table
+from tailcut.exporters import schema
+from tests.analysis_support import pipeline_writer, read_table, spans_table
 from tests.test_analysis_classify import record_census
 
 #: The exhaustive classification: every span read, every tool call re-validated.
@@ -26,9 +26,10 @@ EXHAUSTIVE = {"trust_recorded_counts": False, "trust_trace_signals": False}
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
-    """Every classifier scenario once plus normal runs, recorded by the SDK through the embedded exporter."""
+    """Every classifier scenario once plus normal runs, recorded by the SDK through the embedded exporter
+    with the features hooked in (as the collector and ``tailcut ingest`` write them)."""
     data = tmp_path_factory.mktemp("features") / "data"
-    record_census(data)
+    record_census(data, features=True)
     return data
 
 
@@ -154,7 +155,7 @@ def late_copy(recorded: Path, target: Path, trace_id: str) -> None:
     tool = tool.set_column(tool.schema.get_field_index("span_id"), "span_id", pa.array(["feed" * 4]))
     for name in ("span_index", "subtree_end"):
         tool = tool.set_column(tool.schema.get_field_index(name), name, pa.array([last + 1], pa.int32()))
-    with DataDirWriter(target) as writer:
+    with pipeline_writer(target) as writer:
         writer.write_spans(tool)
 
 
@@ -181,7 +182,7 @@ def test_a_batch_whose_features_are_lost_sends_only_its_traces_to_the_spans(reco
     shutil.copytree(recorded, mixed)
     shutil.rmtree(mixed / "findings", ignore_errors=True)
     before = {p for table in ("trace_features", "trace_checks") for p in (mixed / table).glob("**/*.parquet")}
-    with DataDirWriter(mixed) as writer:
+    with pipeline_writer(mixed) as writer:
         writer.write_spans(spans_table(trace_spans("ef" * 16, 100, 3)))
     for table in ("trace_features", "trace_checks"):  # as if written before the features existed
         for part in set((mixed / table).glob("**/*.parquet")) - before:
@@ -240,7 +241,7 @@ def test_a_trace_written_in_two_batches_is_classified_from_its_spans(tmp_path):
     data = tmp_path / "data"
     trace_id = "ab" * 16
     spans = trace_spans(trace_id, 1, 4)
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(spans_table(spans[:2]))
         writer.flush()
         writer.write_spans(spans_table(spans[2:]))  # late spans: their own batch, their own features row
@@ -252,7 +253,7 @@ def test_a_trace_written_in_two_batches_is_classified_from_its_spans(tmp_path):
 def test_write_calls_between_flushes_share_their_features_rows(tmp_path):
     data = tmp_path / "data"
     spans = trace_spans("ab" * 16, 1, 4)
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(spans_table(spans[:2]))
         writer.write_spans(spans_table(spans[2:]))  # gathered with the first: one features row
     dataset = Dataset(data)
@@ -262,7 +263,7 @@ def test_write_calls_between_flushes_share_their_features_rows(tmp_path):
 
 def test_batches_computed_one_after_the_other_in_one_session_keep_their_own_rows(tmp_path):
     data = tmp_path / "data"
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(spans_table(trace_spans("ab" * 16, 1, 4)))
         writer.flush()  # the first computation; the second runs in the same DuckDB connection
         writer.write_spans(spans_table(trace_spans("cd" * 16, 10, 2)))
@@ -274,7 +275,7 @@ def test_batches_computed_one_after_the_other_in_one_session_keep_their_own_rows
 
 def test_one_batch_of_the_same_spans_is_classified_from_its_features(tmp_path):
     data = tmp_path / "data"
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(spans_table(trace_spans("ab" * 16, 1, 4) + trace_spans("cd" * 16, 10, 2)))
     dataset = Dataset(data)
     assert _features.usable(dataset, Thresholds())
@@ -367,7 +368,7 @@ def test_features_agree_with_the_spans_on_random_traces(tmp_path_factory, spans,
         pc.binary_join_element_wise(table["trace_id"], table["span_id"], ""),
         value_set=pa.array([t + s for t, s in last.items()], pa.string()),
     )
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(table.filter(pc.invert(second)))
         writer.flush()
         writer.write_spans(table.filter(second))
@@ -384,7 +385,7 @@ def test_a_log_replay_reads_back_spans_and_traces_files_only(tmp_path):
     from tailcut.collector._journal import published
 
     data = tmp_path / "data"
-    with DataDirWriter(data) as writer:
+    with pipeline_writer(data) as writer:
         writer.write_spans(spans_table(trace_spans("ab" * 16, 1, 3)))
     names = sorted(p.relative_to(data).as_posix() for p in data.glob("*/**/*.parquet"))
     assert {name.split("/")[0] for name in names} == {"spans", "trace_features", "trace_checks"}

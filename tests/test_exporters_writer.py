@@ -9,17 +9,22 @@ import sys
 import textwrap
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tailcut.analysis._feature_worker import FeatureHook
+from tailcut.canonical import canonical_json
 from tailcut.exporters import DataDirError, DataDirWriter, _row_order, schema
 from tailcut.exporters._batch import EMPTY_RESOURCE, DecodedSpans, SpanRecord
+from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._normalize import normalize
 from tailcut.exporters._signals import trace_rows
 
@@ -116,7 +121,7 @@ def test_the_tables_of_one_row_per_trace_are_cut_into_row_groups_every_core_can_
 
     traces = PER_TRACE_ROW_GROUP_ROWS + 5
     spans = pa.concat_tables([spans_table(trace, count=1) for trace in range(1, traces + 1)])
-    with DataDirWriter(tmp_path) as writer:
+    with DataDirWriter(tmp_path, hooks=[FeatureHook()]) as writer:
         writer.write_spans(spans)
         writer.write_traces(trace_rows(spans, kept=True, decision_reason="embedded"))
     (spans_file,) = parts(tmp_path)
@@ -143,7 +148,7 @@ def test_the_ids_of_the_per_trace_tables_are_lz4_without_a_dictionary_and_the_re
     tmp_path: Path,
 ) -> None:
     spans = pa.concat_tables([spans_table(trace) for trace in range(1, 40)])
-    with DataDirWriter(tmp_path) as writer:
+    with DataDirWriter(tmp_path, hooks=[FeatureHook()]) as writer:
         writer.write_spans(spans)
         writer.write_traces(trace_rows(spans, kept=True, decision_reason="embedded"))
     for table, ids in (("traces", {"trace_id"}), ("trace_features", {"trace_id", "root_span_id"})):
@@ -342,3 +347,181 @@ def test_a_row_group_is_sorted_exactly_as_sort_by_sorts_it(
         ordered = _row_order.sort_rows(table, keys)
     assert ordered.equals(table.sort_by(keys))
     assert ordered.schema == table.schema
+
+
+class Recorder(WriterHook):
+    """Notes every callback a writer makes (the events and the rows or files each brought)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def on_write(self, writer, rows) -> None:
+        self.events.append(("write", {name: table.num_rows for name, table in rows.items()}))
+
+    def before_flush(self, writer) -> None:
+        self.events.append(("flush", None))
+
+    def on_publish(self, writer, files) -> None:
+        self.events.append(("publish", sorted((f.table, f.path) for f in files)))
+
+    def on_close(self, writer, *, aborted) -> None:
+        self.events.append(("close", aborted))
+
+
+def published_files(data: Path) -> list[tuple[str, str]]:
+    return sorted((p.parts[-3], p.relative_to(data).as_posix()) for p in data.glob("*/dt=*/*.parquet"))
+
+
+def test_hooks_hear_each_write_then_every_file_published_then_the_close(tmp_path: Path) -> None:
+    hook = Recorder()
+    with DataDirWriter(tmp_path, hooks=[hook]) as writer:
+        table = spans_table(1)
+        writer.write_spans(table)
+        writer.write_traces(trace_rows(table, kept=True, decision_reason="embedded"))
+        assert [event for event, _ in hook.events] == ["write", "write"]  # nothing published yet
+    events = [event for event, _ in hook.events]
+    assert events == ["write", "write", "flush", "publish", "close"]
+    assert hook.events[0][1] == {"spans": 5, "pieces": 0}
+    assert hook.events[1][1] == {"traces": 1}
+    assert hook.events[3][1] == published_files(tmp_path) and len(published_files(tmp_path)) == 2
+    assert hook.events[-1] == ("close", False)
+
+
+def test_a_hook_may_write_rows_of_its_own_and_they_are_published_with_the_spans(tmp_path: Path) -> None:
+    class Counts(WriterHook):
+        """Writes one trace_checks row per trace before each flush (as the features hook does)."""
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def on_write(self, writer, rows) -> None:
+            if "spans" in rows:
+                self.seen += sorted(set(rows["spans"]["trace_id"].to_pylist()))
+
+        def before_flush(self, writer) -> None:
+            start = datetime.fromtimestamp(JAN_1 / 10**9, UTC)
+            rows = [{"trace_id": t, "start_time": start} for t in self.seen]
+            writer.write_table("trace_checks", pa.Table.from_pylist(rows, schema=schema.TRACE_CHECKS))
+            self.seen = []
+
+    with DataDirWriter(tmp_path, hooks=[Counts()]) as writer:
+        writer.write_spans(pa.concat_tables([spans_table(2), spans_table(1)]))
+    assert query(tmp_path, "trace_id", "trace_checks", "ORDER BY 1") == [(f"{1:032x}",), (f"{2:032x}",)]
+    with pytest.raises(ValueError, match="write_table takes"):
+        DataDirWriter(tmp_path / "other").write_table("spans", spans_table(1))
+
+
+def test_a_failing_hook_never_fails_the_write(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(WriterHook):
+        def on_write(self, writer, rows) -> None:
+            raise RuntimeError("the hook is broken")
+
+    after = Recorder()
+    with DataDirWriter(tmp_path, hooks=[Broken(), after]) as writer:
+        writer.write_spans(spans_table(1))
+    assert query(tmp_path, "count(*)") == [(5,)]
+    assert [event for event, _ in after.events] == ["write", "flush", "publish", "close"]
+    assert "writer hook Broken.on_write failed" in caplog.text
+
+
+def test_an_aborted_writer_closes_its_hooks_without_publishing(tmp_path: Path) -> None:
+    hook = Recorder()
+    writer = DataDirWriter(tmp_path, hooks=[hook])
+    writer.write_spans(spans_table(1))
+    writer.abort()
+    writer.abort()  # once only
+    assert hook.events == [("write", {"spans": 5, "pieces": 0}), ("close", True)]
+    assert published_files(tmp_path) == []
+
+
+def test_the_writer_alone_computes_no_features(tmp_path: Path) -> None:
+    with DataDirWriter(tmp_path) as writer:
+        writer.write_spans(spans_table(1))
+    assert parts(tmp_path) and not parts(tmp_path, "trace_features") and not parts(tmp_path, "trace_checks")
+
+
+EMBEDDED = """
+import sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from tailcut.exporters import ParquetSpanExporter
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(sys.argv[1], root_grace=0.0)))
+tracer = provider.get_tracer("embedded")
+for run in range(3):
+    with tracer.start_as_current_span("run", attributes={"tailcut.kind": "root"}):
+        with tracer.start_as_current_span("lookup", attributes={"tailcut.kind": "tool"}):
+            pass
+provider.shutdown()
+print(",".join(sorted(name for name in ("duckdb", "polars") if name in sys.modules)) or "none")
+"""
+
+
+def test_the_embedded_exporter_never_imports_duckdb_into_the_agent(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", EMBEDDED, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["none"], result.stdout
+    assert query(tmp_path, "count(*), count(DISTINCT trace_id)") == [(6, 3)]
+    assert query(tmp_path, "count(*)", "traces") == [(3,)]
+    assert not parts(tmp_path, "trace_features")
+
+
+def test_ingest_writes_the_features_and_the_findings(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tailcut.cli import cli
+
+    fixture = Path(__file__).parent / "fixtures" / "otlp" / "tailcut_sdk.json"
+    data = tmp_path / "data"
+    result = CliRunner().invoke(cli, ["ingest", str(fixture), "--data", str(data)])
+    assert result.exit_code == 0, result.output
+    traces = query(data, "count(DISTINCT trace_id)")
+    assert traces[0][0] > 0
+    assert query(data, "count(DISTINCT trace_id)", "trace_features") == traces
+    assert list((data / "findings").glob("*.parquet"))
+
+
+def test_a_collector_writes_the_features_of_the_traces_it_keeps(tmp_path: Path) -> None:
+    from tests.test_collector_helpers import export_request, post, simple_trace, start_collector
+
+    keep_errors = [{"name": "errors", "type": "status_code", "status_code": {"status_codes": ["ERROR"]}}]
+    collector = start_collector(tmp_path, policies=keep_errors)
+    try:
+        for index in range(4):
+            request = export_request(simple_trace(bytes([index + 1]) * 16, error=index < 2))
+            assert post(collector.ports.http, request)[0] == 200
+        assert collector.wait_idle(30)
+    finally:
+        collector.stop()
+    data = tmp_path / "data"
+    kept = [(f"{i:02x}" * 16,) for i in (1, 2)]
+    assert query(data, "DISTINCT trace_id", tail="ORDER BY 1") == kept
+    assert query(data, "trace_id", "trace_features", "ORDER BY 1") == kept
+    assert query(data, "count(*)", "traces") == [(4,)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet='[]{}",:0123456789.eE+-tfrunlasNIaiy \\/ubd\t\n', max_size=30),
+        st.recursive(
+            st.none()
+            | st.booleans()
+            | st.floats(allow_nan=False)
+            | st.integers(-(2**63), 2**64 - 1)
+            | st.text(max_size=8),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+            max_leaves=8,
+        ).map(lambda value: orjson.dumps(value).decode()),
+    )
+)
+def test_every_payload_the_writer_keeps_as_json_is_json_to_duckdb(text: str) -> None:
+    from tailcut.exporters._json_columns import readable_json
+
+    column = pa.ExtensionArray.from_storage(pa.json_(), pa.array([text], pa.string()))
+    (kept,) = readable_json(pa.table({"payload": column})).column("payload").chunk(0).storage.to_pylist()
+    assert kept in (text, canonical_json(text))
+    assert duckdb.execute("SELECT json_valid(?)", [kept]).fetchone() == (True,)
