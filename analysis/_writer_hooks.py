@@ -8,7 +8,7 @@ and loads it when it opens its writer, as the ``tailcut`` command group loads it
 
 from __future__ import annotations
 
-from tailcut.analysis._feature_worker import FeatureHook
+from tailcut.analysis._features_worker import FeatureHook
 from tailcut.analysis._refresh import DEFAULT_INTERVAL, FindingsRefresher
 from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._location import is_remote

@@ -528,7 +528,7 @@ def _selection_record(selection: Any) -> dict[str, Any]:
 
 def _ingest_hooks() -> list[Any]:
     """What ``tailcut ingest`` writes beside the spans: the classifier's per-trace features."""
-    from tailcut.analysis._feature_worker import FeatureHook
+    from tailcut.analysis._features_worker import FeatureHook
 
     return [FeatureHook()]
 

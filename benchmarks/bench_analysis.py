@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailcut import attributes as attr
-from tailcut.analysis import CATEGORIES, Dataset, Thresholds, _features
+from tailcut.analysis import CATEGORIES, Dataset, Thresholds, _features_coverage
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.exporters import DataDirWriter, schema
 
@@ -590,8 +590,8 @@ def main() -> None:
         scan, _ = timed(
             lambda: data.connection.execute("SELECT count(*), sum(duration_ms) FROM spans").fetchall(), 5
         )
-        coverage = _features.usable(data, Thresholds())
-        _features.drop(data)
+        coverage = _features_coverage.usable(data, Thresholds())
+        _features_coverage.drop(data)
         described = "none" if coverage is None else f"all but {coverage.uncovered:,}"
         print(f"traces the written features describe: {described}")
         classify, findings = timed(data.classify, 7)

@@ -35,7 +35,7 @@ FLEET_SEED = 11
 def pipeline_writer(data: Path) -> DataDirWriter:
     """A writer of ``data`` with the classifier's per-trace features hooked in, as the collector and
     ``tailcut ingest`` write (the embedded exporter computes none)."""
-    from tailcut.analysis._feature_worker import FeatureHook
+    from tailcut.analysis._features_worker import FeatureHook
 
     return DataDirWriter(data, hooks=[FeatureHook()])
 
@@ -49,7 +49,7 @@ def record(data: Path, body: Callable[[], Any], *, features: bool = False) -> An
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from tailcut.analysis._feature_worker import FeatureHook
+    from tailcut.analysis._features_worker import FeatureHook
 
     hooks = [FeatureHook()] if features else []
     provider = TracerProvider()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tailcut import attributes as attr
 from tailcut._pieces import placeholder
-from tailcut.analysis import Dataset, Thresholds, _features
+from tailcut.analysis import Dataset, Thresholds, _features, _features_compute, _features_coverage
 from tailcut.exporters import schema
 from tests.analysis_support import pipeline_writer, read_table, spans_table
 from tests.test_analysis_classify import record_census
@@ -36,7 +36,7 @@ def recorded(tmp_path_factory) -> Path:
 def classify_both(data: Path, partly: bool = False, **thresholds) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The findings from the features (of every trace, or ``partly``) and from reading every span."""
     dataset = Dataset(data)
-    coverage = _features.usable(dataset, Thresholds(**thresholds))
+    coverage = _features_coverage.usable(dataset, Thresholds(**thresholds))
     assert coverage is not None and coverage.partial == partly, coverage
     fast = dataset.classify(thresholds=Thresholds(**thresholds))
     slow = dataset.classify(thresholds=Thresholds(**thresholds, **EXHAUSTIVE))
@@ -83,14 +83,14 @@ def test_a_data_dir_written_before_the_features_is_classified_from_its_spans(rec
     shutil.rmtree(old / "trace_features")
     shutil.rmtree(old / "findings", ignore_errors=True)
     dataset = Dataset(old)
-    assert not _features.usable(dataset, Thresholds())
+    assert not _features_coverage.usable(dataset, Thresholds())
     assert dataset.classify().equals(Dataset(recorded).classify())
 
 
 def test_features_of_other_retry_thresholds_are_not_used(recorded):
-    assert not _features.usable(Dataset(recorded), Thresholds(drift_min_attempts=3))
-    assert not _features.usable(Dataset(recorded), Thresholds(transient_errors="timeout"))
-    assert not _features.usable(Dataset(recorded), Thresholds(**EXHAUSTIVE))
+    assert not _features_coverage.usable(Dataset(recorded), Thresholds(drift_min_attempts=3))
+    assert not _features_coverage.usable(Dataset(recorded), Thresholds(transient_errors="timeout"))
+    assert not _features_coverage.usable(Dataset(recorded), Thresholds(**EXHAUSTIVE))
 
 
 def test_the_writers_judge_tool_loop_and_silent_degradation_by_the_trace_alone(recorded):
@@ -98,12 +98,12 @@ def test_the_writers_judge_tool_loop_and_silent_degradation_by_the_trace_alone(r
     local = {f["category"] for row in checks["local_findings"].to_pylist() for f in row or ()}
     assert {"tool_loop", "silent_degradation"} <= local
     dataset = Dataset(recorded)
-    coverage = _features.usable(dataset, Thresholds())
-    assert coverage == _features.Coverage(uncovered=0, restated=False)
-    assert _features.written_judgments_hold(coverage, Thresholds())
-    assert not _features.written_judgments_hold(coverage, Thresholds(score_threshold=0.95))
-    assert not _features.written_judgments_hold(coverage, Thresholds(loop_min_repeats=2))
-    _features.drop(dataset)
+    coverage = _features_coverage.usable(dataset, Thresholds())
+    assert coverage == _features_coverage.Coverage(uncovered=0, restated=False)
+    assert _features_coverage.written_judgments_hold(coverage, Thresholds())
+    assert not _features_coverage.written_judgments_hold(coverage, Thresholds(score_threshold=0.95))
+    assert not _features_coverage.written_judgments_hold(coverage, Thresholds(loop_min_repeats=2))
+    _features_coverage.drop(dataset)
 
 
 def test_a_traces_row_that_restates_an_outcome_is_judged_by_it(recorded, tmp_path):
@@ -129,8 +129,8 @@ def test_a_traces_row_that_restates_an_outcome_is_judged_by_it(recorded, tmp_pat
             pq.write_table(
                 table.set_column(table.schema.get_field_index("outcome"), "outcome", outcome), part
             )
-    coverage = _features.usable(Dataset(edited), Thresholds())
-    assert coverage == _features.Coverage(uncovered=0, restated=True)
+    coverage = _features_coverage.usable(Dataset(edited), Thresholds())
+    assert coverage == _features_coverage.Coverage(uncovered=0, restated=True)
     fast, slow = classify_both(edited)
     assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
     [evidence] = fast.filter(trace_id=clean, category="silent_degradation")["evidence"].to_list()
@@ -168,8 +168,8 @@ def test_a_late_span_sends_only_its_own_trace_to_the_spans(recorded, tmp_path, t
     looping = Dataset(recorded).classify().filter(category="tool_loop")["trace_id"][0]
     late = tmp_path / "late"
     late_copy(recorded, late, looping)
-    coverage = _features.usable(Dataset(late), Thresholds(**thresholds))
-    assert coverage == _features.Coverage(uncovered=1)  # not the whole data dir
+    coverage = _features_coverage.usable(Dataset(late), Thresholds(**thresholds))
+    assert coverage == _features_coverage.Coverage(uncovered=1)  # not the whole data dir
     fast, slow = classify_both(late, partly=True, **thresholds)
     assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
     before = Dataset(recorded).classify().filter(trace_id=looping, category="tool_loop")["evidence"][0]
@@ -187,7 +187,7 @@ def test_a_batch_whose_features_are_lost_sends_only_its_traces_to_the_spans(reco
     for table in ("trace_features", "trace_checks"):  # as if written before the features existed
         for part in set((mixed / table).glob("**/*.parquet")) - before:
             part.unlink()
-    assert _features.usable(Dataset(mixed), Thresholds()) == _features.Coverage(uncovered=1)
+    assert _features_coverage.usable(Dataset(mixed), Thresholds()) == _features_coverage.Coverage(uncovered=1)
     fast, slow = classify_both(mixed, partly=True)
     assert fast.equals(slow), (fast.to_dicts(), slow.to_dicts())
     assert fast.filter(trace_id="ef" * 16)["category"].to_list() == ["error"]
@@ -233,7 +233,8 @@ def test_a_request_pieced_from_an_earlier_batch_leaves_the_batch_to_the_spans_qu
     call |= {"kind": "llm", "tool_name": None, "request": request}
     call["attributes"] = {attr.REQUEST_PIECED: "true"}
     with caplog.at_level(logging.WARNING):
-        assert _features.trace_features(spans_table([root, call]), schema.PIECES.empty_table()) is None
+        pieces = schema.PIECES.empty_table()
+        assert _features_compute.trace_features(spans_table([root, call]), pieces) is None
     assert not caplog.records, caplog.text
 
 
@@ -246,7 +247,7 @@ def test_a_trace_written_in_two_batches_is_classified_from_its_spans(tmp_path):
         writer.flush()
         writer.write_spans(spans_table(spans[2:]))  # late spans: their own batch, their own features row
     dataset = Dataset(data)
-    assert not _features.usable(dataset, Thresholds())
+    assert not _features_coverage.usable(dataset, Thresholds())
     assert dataset.classify()["category"].to_list() == ["error"]
 
 
@@ -257,7 +258,7 @@ def test_write_calls_between_flushes_share_their_features_rows(tmp_path):
         writer.write_spans(spans_table(spans[:2]))
         writer.write_spans(spans_table(spans[2:]))  # gathered with the first: one features row
     dataset = Dataset(data)
-    assert _features.usable(dataset, Thresholds())
+    assert _features_coverage.usable(dataset, Thresholds())
     assert dataset.classify().equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
 
 
@@ -269,7 +270,7 @@ def test_batches_computed_one_after_the_other_in_one_session_keep_their_own_rows
         writer.write_spans(spans_table(trace_spans("cd" * 16, 10, 2)))
     dataset = Dataset(data)
     assert sorted(read_table(data, "trace_features")["trace_id"].to_pylist()) == ["ab" * 16, "cd" * 16]
-    assert _features.usable(dataset, Thresholds())
+    assert _features_coverage.usable(dataset, Thresholds())
     assert dataset.classify().equals(dataset.classify(thresholds=Thresholds(**EXHAUSTIVE)))
 
 
@@ -278,7 +279,7 @@ def test_one_batch_of_the_same_spans_is_classified_from_its_features(tmp_path):
     with pipeline_writer(data) as writer:
         writer.write_spans(spans_table(trace_spans("ab" * 16, 1, 4) + trace_spans("cd" * 16, 10, 2)))
     dataset = Dataset(data)
-    assert _features.usable(dataset, Thresholds())
+    assert _features_coverage.usable(dataset, Thresholds())
     fast = dataset.classify()
     assert fast.select("trace_id", "category", "span_kind").rows() == [
         ("ab" * 16, "error", "tool"),
@@ -293,7 +294,7 @@ def test_features_whose_checks_rows_are_missing_are_not_used(recorded, tmp_path)
     shutil.rmtree(partial / "findings", ignore_errors=True)
     shutil.rmtree(partial / "trace_checks")  # as if read between the two files' publication
     dataset = Dataset(partial)
-    assert not _features.usable(dataset, Thresholds())
+    assert not _features_coverage.usable(dataset, Thresholds())
     assert dataset.classify().equals(Dataset(recorded).classify())
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailcut.analysis._classify import _merge_drift, _problem_rows, findings_schema, violation_rows
-from tailcut.analysis._features import _judging_keys
+from tailcut.analysis._features_stored import _judging_keys
 from tailcut.analysis._toolcalls import CallProblem, problems_table
 from tailcut.exporters import schema
 

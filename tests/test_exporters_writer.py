@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailcut.analysis._feature_worker import FeatureHook
+from tailcut.analysis._features_worker import FeatureHook
 from tailcut.canonical import canonical_json
 from tailcut.exporters import DataDirError, DataDirWriter, _row_order, schema
 from tailcut.exporters._batch import EMPTY_RESOURCE, DecodedSpans, SpanRecord

@@ -1,10 +1,10 @@
 """Per-trace features computed beside a data-dir writer, on a thread of their own: a post-write hook.
 
 :class:`FeatureHook` is what the owners of a pipeline writer (the collector, ``tailcut ingest``) pass to
-:class:`~tailcut.exporters.DataDirWriter` (see :mod:`tailcut.exporters._hooks`): it hands each batch of
-spans written to a :class:`FeatureWorker`, which computes their ``trace_features`` and ``trace_checks`` rows
-(:func:`._features.trace_features`, DuckDB) while the writer's caller goes on, and writes the finished rows
-back through the writer, all of them before each flush publishes, so the features land with their spans.
+:class:`~tailcut.exporters.DataDirWriter` (see :mod:`tailcut.exporters._hooks`): it hands each batch of spans
+written to a :class:`FeatureWorker`, which computes their ``trace_features`` and ``trace_checks`` rows
+(:func:`._features_compute.trace_features`, DuckDB) while the writer's caller goes on, and writes the finished
+rows back through the writer, all of them before each flush publishes, so the features land with their spans.
 The agent's in-process exporter passes no hook: it never runs DuckDB.
 """
 
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
-from tailcut.analysis._features import Session, trace_features
+from tailcut.analysis._features_compute import Session, trace_features
 from tailcut.exporters._hooks import WriterHook
 
 if TYPE_CHECKING:
