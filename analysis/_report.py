@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
 from tailcut.analysis import stats
+from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
 from tailcut.analysis._power import POWER, detectable_difference
 from tailcut.analysis._records import estimate_record, value_record
@@ -413,6 +414,7 @@ def _timeline(dataset: Dataset) -> list[tuple[dt.datetime, int, int]]:
     ]
 
 
+@maps_errors
 def build_report(dataset: Dataset, *, truth: Mapping[str, float] | None = None) -> Report:
     """Gather the report of a data dir (classifying its kept traces first if needed).
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._errors import AnalysisError
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def _rank(seed: int, trace_id: str) -> str:
     return hashlib.sha256(f"{seed}:{trace_id}".encode()).hexdigest()
 
 
+@maps_errors
 def select_corpus(
     dataset: Dataset,
     out: str | os.PathLike[str],

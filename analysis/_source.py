@@ -15,8 +15,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from tailcut.analysis._errors import NoDataError, data_read_error, is_data_read_error
+from tailcut.analysis._errors import NoDataError, UnreachableDataError
 from tailcut.exporters._location import is_remote
+from tailcut.exporters._location import location as place
 
 if TYPE_CHECKING:
     import duckdb
@@ -55,10 +56,19 @@ def damaged_file(location: str) -> str | None:
 
 
 def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict[str, bool]:
-    """Which tables have at least one Parquet file; raises :class:`NoDataError` when none has."""
+    """Which tables have at least one Parquet file; raises :class:`NoDataError` when none has
+    (:class:`UnreachableDataError` when a remote one cannot be listed)."""
     import duckdb
 
-    if not is_remote(location):
+    if is_remote(location):
+        try:
+            place(location).exists()
+        except OSError as exc:
+            raise UnreachableDataError(
+                f"{location}: cannot list it ({str(exc).splitlines()[0]}); check the bucket name, "
+                "AWS_ENDPOINT_URL and the credentials"
+            ) from None
+    else:
         root = Path(location)
         if not root.exists():
             raise NoDataError(f"{location}: no such data dir (write one with `tailcut collect` or `ingest`)")
@@ -141,16 +151,8 @@ def create_table_view(
         f"read_parquet('{quote(table_glob(location, table))}', hive_partitioning = true, "
         "union_by_name = true)"
     )
-    import duckdb
-
-    try:
-        have = {
-            name: type_ for name, type_, *_ in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()
-        }
-    except duckdb.Error as exc:
-        if not is_data_read_error(exc):
-            raise
-        raise data_read_error(exc, location) from None
+    rows = connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()  # Dataset maps its errors
+    have = {name: type_ for name, type_, *_ in rows}
     connection.execute(f"CREATE OR REPLACE VIEW {table} AS {current_columns(table, have, scan)}")
 
 

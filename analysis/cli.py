@@ -8,10 +8,8 @@ prints each as one line with a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -47,30 +45,6 @@ def _console(**options: Any) -> Any:
     from rich.console import Console
 
     return Console(**options)
-
-
-_Command = TypeVar("_Command", bound=Callable[..., Any])
-
-
-def _reads_data(command: _Command) -> _Command:
-    """Report a data-dir file DuckDB cannot read (damaged Parquet) as one line, wherever a query hits it."""
-
-    @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        import duckdb
-
-        from tailcut.analysis._errors import data_read_error, is_data_read_error
-        from tailcut.exporters._location import location
-
-        try:
-            return command(*args, **kwargs)
-        except duckdb.Error as exc:
-            if not is_data_read_error(exc):
-                raise
-            data_dir = kwargs.get("data_dir")
-            raise data_read_error(exc, location(data_dir).url if data_dir else None) from None
-
-    return run  # type: ignore[return-value]
 
 
 def _open(data_dir: str) -> Any:
@@ -142,7 +116,6 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON instead.")
 @click.option("--payloads", is_flag=True, help="Show each span's request and response (abridged).")
 @click.option("--full", is_flag=True, help="With --payloads: whole payloads, not their first 200 characters.")
-@_reads_data
 def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool) -> None:
     """Show trace TRACE_ID as an indented span tree.
 
@@ -173,7 +146,6 @@ def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool
 @click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
 @click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
 @_report_format_option
-@_reads_data
 def classify(
     data_dir: str,
     out: str | None,
@@ -209,7 +181,7 @@ def classify(
         "SELECT category, count(*) AS findings, string_agg(DISTINCT layer, ', ' ORDER BY layer) AS layers "
         "FROM findings GROUP BY 1 ORDER BY 2 DESC, 1"
     )
-    (kept,) = dataset.connection.execute("SELECT count(DISTINCT trace_id) FROM spans").fetchall()[0]
+    kept = dataset.sql_arrow("SELECT count(DISTINCT trace_id) AS n FROM spans")["n"][0].as_py()
     if out is not None:
         out_fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
         write_file(findings.to_arrow(), out, out_fmt)  # type: ignore[arg-type]
@@ -260,7 +232,6 @@ def classify(
     help="Where `tailcut ui` serves this data dir: the HTML report links traces and boundaries to it.",
 )
 @_report_format_option
-@_reads_data
 def report(data_dir: str, html_path: str | None, ui_url: str | None, fmt: str) -> None:
     """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
 
@@ -334,7 +305,6 @@ def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 )
 @_report_format_option
 @click.argument("values", nargs=-1)
-@_reads_data
 def compare(
     data_dir: str | None,
     column: str | None,
@@ -453,7 +423,6 @@ def _comparison(
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
 @_report_format_option
-@_reads_data
 def select(
     data_dir: str,
     categories: tuple[str, ...],

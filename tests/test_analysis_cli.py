@@ -13,7 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from tailcut.analysis import Dataset, NoDataError, QueryError, compare_results
+from tailcut.analysis import (
+    DataReadError,
+    Dataset,
+    NoDataError,
+    QueryError,
+    UnreachableDataError,
+    build_report,
+    compare_results,
+    select_corpus,
+)
 from tailcut.cli import cli
 from tailcut.exporters import schema
 from tests.analysis_support import fleet_data, read_table, tail_sample
@@ -116,6 +125,58 @@ def test_a_damaged_parquet_file_is_one_line_naming_it(sampled, tmp_path, damage,
     assert victim in line
     assert "move it out of the data dir" in line
     assert not (tmp_path / "corpus").exists()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda raw: raw[: len(raw) // 3], id="truncated"),
+        pytest.param(
+            lambda raw: raw[:8] + bytes(b ^ 0x5A for b in raw[8:-8]) + raw[-8:], id="scrambled-inside"
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "use",
+    [
+        pytest.param(lambda d, tmp: Dataset(d).sql("SELECT sum(duration_ms) FROM spans"), id="sql"),
+        pytest.param(lambda d, tmp: Dataset(d).classify(), id="classify"),
+        pytest.param(lambda d, tmp: build_report(Dataset(d)), id="build_report"),
+        pytest.param(lambda d, tmp: select_corpus(Dataset(d), tmp / "corpus", baseline=3), id="select"),
+    ],
+)
+def test_python_users_get_a_data_read_error_naming_the_damaged_file(sampled, tmp_path, damage, use):
+    """Not DuckDB's error: the Dataset maps it, whichever public function ran the query."""
+    data, victim = _damaged_copy(sampled, tmp_path, damage)
+    with pytest.raises(DataReadError) as caught:
+        use(data, tmp_path)
+    assert victim in str(caught.value) and "move it out of the data dir" in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_a_query_reading_a_file_outside_the_data_dir_is_the_querys_error(sampled, tmp_path):
+    elsewhere = tmp_path / "nope.parquet"
+    with pytest.raises(QueryError, match="No files found") as caught:
+        Dataset(sampled).sql(f"SELECT * FROM read_parquet('{elsewhere}')")
+    assert not isinstance(caught.value, DataReadError)
+    with pytest.raises(QueryError, match="boom"):
+        Dataset(sampled).sql("SELECT error('boom')")
+
+
+def test_an_unreachable_bucket_says_so(monkeypatch):
+    """A closed loopback port: the listing fails, and the error says the bucket could not be listed."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(UnreachableDataError, match=r"s3://unreachable/data: cannot list it \("):
+        Dataset("s3://unreachable/data")
 
 
 def test_query_errors_carry_duckdbs_message_and_position(sampled):
