@@ -1,8 +1,8 @@
 """The analysis commands: ``tailcut sql``, ``tree``, ``classify``, ``report``, ``compare``, ``select``.
 
 Each command opens a :class:`~tailcut.analysis.Dataset`, calls one library function and renders its
-result. Library errors (:class:`~tailcut.errors.TailcutError`) propagate to the ``tailcut`` group, which
-prints each as one line with a non-zero exit, never a traceback.
+result. Each is a :class:`~tailcut._cli_options.ReportingCommand`: a library error
+(:class:`~tailcut.errors.TailcutError`) is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,16 +13,7 @@ from typing import Any
 
 import click
 
-from tailcut.cli import format_option
-
-_data_option = click.option(
-    "--data",
-    "data_dir",
-    required=True,
-    metavar="DIR",
-    help="The data dir: a local path, or s3://bucket/prefix (standard AWS variables).",
-)
-
+from tailcut._cli_options import ReportingCommand, data_option, format_option, out_option
 
 _report_format_option = format_option(
     "table for people; json (one object, keys in the README) or csv (one row per item) for machines."
@@ -30,21 +21,15 @@ _report_format_option = format_option(
 
 
 def _emit(fmt: str, record: Any, rows: Any) -> None:
-    """Print ``record`` as JSON or ``rows`` as CSV (``--format json|csv``)."""
-    import orjson
+    from tailcut.analysis._output import emit
 
-    from tailcut.analysis._records import to_csv
-
-    if fmt == "json":
-        click.echo(orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
-    else:
-        click.echo(to_csv(rows), nl=False)
+    emit(fmt, record, rows)
 
 
-def _console(**options: Any) -> Any:
-    from rich.console import Console
+def _console() -> Any:
+    from tailcut.analysis._output import console
 
-    return Console(**options)
+    return console()
 
 
 def _open(data_dir: str) -> Any:
@@ -56,20 +41,11 @@ def _open(data_dir: str) -> Any:
 # ------------------------------------------------------------------------------------------------------ sql
 
 
-@click.command()
+@click.command(cls=ReportingCommand)
 @click.argument("query", required=False)
-@_data_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
-    default="table",
-    show_default=True,
-    help="Output format (parquet needs --out).",
-)
-@click.option(
-    "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout."
-)
+@data_option()
+@format_option("Output format (parquet needs --out).", ("table", "csv", "json", "parquet"))
+@out_option("Write the result to this file instead of stdout.")
 def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
     """Run QUERY (DuckDB SQL) over the data dir, or open a shell without one.
 
@@ -110,9 +86,9 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
 # ----------------------------------------------------------------------------------------------------- tree
 
 
-@click.command()
+@click.command(cls=ReportingCommand)
 @click.argument("trace_id")
-@_data_option
+@data_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON instead.")
 @click.option("--payloads", is_flag=True, help="Show each span's request and response (abridged).")
 @click.option("--full", is_flag=True, help="With --payloads: whole payloads, not their first 200 characters.")
@@ -135,11 +111,9 @@ def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool
 # ------------------------------------------------------------------------------------------------- classify
 
 
-@click.command()
-@_data_option
-@click.option(
-    "--out", type=click.Path(dir_okay=False), help="Write every finding to this file (.parquet, .csv, .json)."
-)
+@click.command(cls=ReportingCommand)
+@data_option()
+@out_option("Write every finding to this file (.parquet, .csv, .json).")
 @click.option("--show", default=20, show_default=True, help="Findings to list in the terminal.")
 @click.option("--loop-min-repeats", type=int, help="Identical tool calls that make a tool_loop (default 3).")
 @click.option("--cost-z", type=float, help="Robust z of tokens or LLM calls for cost_blowup (default 6).")
@@ -221,8 +195,8 @@ def classify(
 # --------------------------------------------------------------------------------------------------- report
 
 
-@click.command()
-@_data_option
+@click.command(cls=ReportingCommand)
+@data_option()
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report."
 )
@@ -277,8 +251,8 @@ def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     return frozenset(labels)
 
 
-@click.command()
-@click.option("--data", "data_dir", metavar="DIR", help="The data dir (for --by and --window).")
+@click.command(cls=ReportingCommand)
+@data_option("The data dir (for --by and --window).", required=False)
 @click.option(
     "--by", "column", metavar="COLUMN", help="Compare two values of this traces column (then give A B)."
 )
@@ -399,8 +373,8 @@ def _comparison(
 # --------------------------------------------------------------------------------------------------- select
 
 
-@click.command()
-@_data_option
+@click.command(cls=ReportingCommand)
+@data_option()
 @click.option(
     "--category", "categories", multiple=True, help="Incident category (repeatable; default: all six)."
 )
@@ -418,9 +392,7 @@ def _comparison(
     default=None,
     help="At most N incidents per category (a seeded sample); default every incident.",
 )
-@click.option(
-    "--out", required=True, type=click.Path(file_okay=False), help="The corpus directory to create."
-)
+@out_option("The corpus directory to create.", type=click.Path(file_okay=False), required=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
 @_report_format_option
 def select(

@@ -33,9 +33,8 @@ def demo(runs: int, workers: int, out: Path, seed: int, profile: bool) -> None:
     tests a fix of the unsafe-refund incident with cut-point replay, and ends with `tailcut validate`
     of the fixed harness against one incident of each of its six faults.
     """
-    from rich.console import Console
-
+    from tailcut.analysis._output import console as make_console
     from tailcut.demo.run import run_demo
 
-    console = Console()
+    console = make_console()  # not a terminal: as wide as its tables, none cut
     run_demo(DemoOptions(runs=runs, workers=workers, out=out, seed=seed, profile=profile), console)

@@ -118,7 +118,7 @@ def test_a_damaged_parquet_file_is_one_line_naming_it(sampled, tmp_path, damage,
     data, victim = _damaged_copy(sampled, tmp_path, damage)
     extra = ["--out", str(tmp_path / "corpus")] if command[0] == "select" else []
     result = run(*command, "--data", data, *extra)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "Traceback" not in result.output
     (line,) = result.output.strip().splitlines()
     assert line.startswith("Error: cannot read the data dir: ")
@@ -225,11 +225,11 @@ def test_sql_formats(sampled, tmp_path):
 
 def test_sql_errors_are_one_line_without_traceback(sampled, tmp_path):
     bad = run("sql", "SELECT * FORM spans", "--data", str(sampled))
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2
     assert bad.output.strip() == 'Error: Parser Error: syntax error at or near "spans" (at line 1, column 15)'
     missing = run("sql", "SELECT 1", "--data", str(tmp_path / "nowhere"))
     assert (
-        missing.exit_code == 1 and "no such data dir" in missing.output and "Traceback" not in missing.output
+        missing.exit_code == 2 and "no such data dir" in missing.output and "Traceback" not in missing.output
     )
     no_out = run("sql", QUERY, "--data", str(sampled), "--format", "parquet")
     assert no_out.exit_code == 2 and "--out" in no_out.output
@@ -263,7 +263,7 @@ def test_tree_text_and_json(fleet, sampled):
     assert [c["kind"] for c in root["children"]][:3] == ["memory", "retriever", "llm"]
     assert as_json["trace"]["kept"] is True
     unknown = run("tree", "f" * 32, "--data", str(sampled))
-    assert unknown.exit_code == 1 and f"no trace {'f' * 32}" in unknown.output
+    assert unknown.exit_code == 2 and f"no trace {'f' * 32}" in unknown.output
 
 
 def test_tree_of_a_dropped_trace_says_sampling_dropped_it_and_shows_its_decision(sampled):
@@ -292,7 +292,7 @@ def test_classify_prints_a_summary_and_writes_findings(sampled, tmp_path):
     strict = run("classify", "--data", str(sampled), "--loop-min-repeats", "9", "--show", "0")
     assert "tool_loop" not in strict.output
     refused = run("classify", "--data", str(sampled), "--loop-min-repeats", "1")
-    assert refused.exit_code == 1 and "loop_min_repeats must be at least 2" in refused.output
+    assert refused.exit_code == 2 and "loop_min_repeats must be at least 2" in refused.output
 
 
 def test_report_terminal_and_html(sampled, tmp_path):
@@ -322,7 +322,7 @@ def test_compare_by_column(sampled):
     assert result.exit_code == 0, result.output
     assert "schema_drift" in result.output and "baseline slice" in result.output and " pp [" in result.output
     wrong = run("compare", "--data", str(sampled), "--by", "harness_revision", "v1", "v9")
-    assert wrong.exit_code == 1 and "values present: v1, v2" in wrong.output
+    assert wrong.exit_code == 2 and "values present: v1, v2" in wrong.output
     usage = run("compare", "--data", str(sampled), "--by", "harness_revision", "v1")
     assert usage.exit_code == 2
 
@@ -345,7 +345,7 @@ def test_compare_windows(sampled):
     backwards = run(
         "compare", "--data", str(sampled), "--window", later.isoformat(), start.isoformat(), *args[3:]
     )
-    assert backwards.exit_code == 1 and "ends before it starts" in backwards.output
+    assert backwards.exit_code == 2 and "ends before it starts" in backwards.output
 
 
 def results_file(path, outcomes: dict[str, tuple[bool, list[bool]]], revision: str) -> str:
@@ -397,9 +397,9 @@ def test_compare_results_refuses_bad_files(tmp_path):
     pq.write_table(pa.table({"x": [1]}), tmp_path / "other.parquet")
     good = results_file(tmp_path / "a.parquet", {"0" * 32: (True, [True])}, "v1")
     result = run("compare", "--results", good, str(tmp_path / "other.parquet"))
-    assert result.exit_code == 1 and "not a replay-results file" in result.output
+    assert result.exit_code == 2 and "not a replay-results file" in result.output
     result = run("compare", "--results", good, str(tmp_path / "missing.parquet"))
-    assert result.exit_code == 1 and "no such replay-results file" in result.output
+    assert result.exit_code == 2 and "no such replay-results file" in result.output
 
 
 # --- tailcut select ----------------------------------------------------------------------------------------
@@ -447,9 +447,9 @@ def test_select_is_reproducible_from_the_seed(sampled, tmp_path):
 
 def test_select_errors(sampled, tmp_path):
     bad = run("select", "--data", str(sampled), "--category", "nope", "--out", str(tmp_path / "c"))
-    assert bad.exit_code == 1 and "unknown category 'nope'" in bad.output
+    assert bad.exit_code == 2 and "unknown category 'nope'" in bad.output
     where = run("select", "--data", str(sampled), "--where", "nosuch > 1", "--out", str(tmp_path / "c"))
-    assert where.exit_code == 1 and "Binder Error" in where.output
+    assert where.exit_code == 2 and "Binder Error" in where.output
     assert not (tmp_path / "c").exists()
 
 
@@ -481,3 +481,102 @@ def test_a_column_of_estimates_states_a_shared_denominator_once():
     mixed = _estimate_column([a, stats.proportion(9, 300, sample="baseline slice")])
     assert mixed.header == ""
     assert mixed.cell(a, "-") == "3.0% [1.0%, 8.5%] (n=100, baseline slice)"
+
+
+# --- the exit-code rule (issue 29): 0 ran, 1 a --fail-on verdict fired, 2 could not run --------------------
+
+
+def _could_not_run(result, reason: str, *, as_json: bool) -> None:
+    """Exit 2, one ``Error:`` line on stderr naming ``reason``; with JSON, ``{"error": ...}`` on stdout."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert reason in result.stderr.strip().splitlines()[-1]
+    if as_json:
+        assert reason in json.loads(result.stdout)["error"]
+    else:
+        assert result.stdout == ""
+
+
+COMMANDS_ON_DATA = [
+    pytest.param(["sql", "SELECT 1"], id="sql"),
+    pytest.param(["classify"], id="classify"),
+    pytest.param(["report"], id="report"),
+    pytest.param(["select", "--out", "corpus"], id="select"),
+    pytest.param(["compare", "--by", "harness_revision", "v1", "v2"], id="compare"),
+]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize("command", COMMANDS_ON_DATA)
+def test_a_missing_data_dir_exits_2_with_one_line(command, as_json, tmp_path):
+    fmt = ["--format", "json"] if as_json else []
+    result = run(*command, "--data", str(tmp_path / "nowhere"), *fmt)
+    _could_not_run(result, "no such data dir", as_json=as_json)
+
+
+@pytest.mark.parametrize("command", COMMANDS_ON_DATA)
+def test_an_empty_data_dir_and_a_bad_option_exit_2_with_json_on_stdout(command, tmp_path):
+    (tmp_path / "empty" / "spans").mkdir(parents=True)
+    empty = run(*command, "--data", str(tmp_path / "empty"), "--format", "json")
+    _could_not_run(empty, "no Parquet files under spans/ or traces/", as_json=True)
+    usage = run(*command, "--data", str(tmp_path / "empty"), "--format", "json", "--no-such-option")
+    assert usage.exit_code == 2
+    assert json.loads(usage.stdout)["error"] == "No such option '--no-such-option'."
+    assert "Error: No such option '--no-such-option'." in usage.stderr
+
+
+def test_bad_sql_and_an_unknown_group_exit_2(sampled):
+    bad = run("sql", "SELECT * FORM spans", "--data", str(sampled), "--format", "json")
+    _could_not_run(bad, 'Parser Error: syntax error at or near "spans"', as_json=True)
+    unknown = ["compare", "--data", str(sampled), "--by", "harness_revision", "v1", "v9", "--format", "json"]
+    _could_not_run(run(*unknown), "values present: v1, v2", as_json=True)
+    _could_not_run(run(*unknown[:-2]), "values present: v1, v2", as_json=False)
+
+
+def test_tree_and_replay_follow_the_rule(sampled, tmp_path):
+    tree = run("tree", "f" * 32, "--data", str(sampled), "--json")
+    _could_not_run(tree, f"no trace {'f' * 32}", as_json=True)
+    replay = run(
+        "replay", str(tmp_path / "no-corpus"), "--agent", "tests.loop_agent:main", "--format", "json"
+    )
+    assert replay.exit_code == 2 and "Traceback" not in replay.output
+    assert json.loads(replay.stdout)["error"] == replay.stderr.strip().removeprefix("Error: ")
+
+
+def test_every_reporting_command_states_the_rule_in_its_help():
+    for command in ("sql", "tree", "classify", "report", "compare", "select"):
+        text = " ".join(run(command, "--help").output.split())
+        assert "Exit status: 0 success (no --fail-on verdict fired); 1 a --fail-on verdict fired; 2" in text
+        assert '--format json stdout gets {"error": "..."}' in text
+    replay = " ".join(run("replay", "--help").output.split())
+    assert "2 the replay could not run" in replay and "3 no trace of the corpus could be replayed" in replay
+
+
+# --- piped output (issue 31): a table is never cut to 80 columns when stdout is not a terminal ------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["classify"], id="classify"),
+        pytest.param(["report"], id="report"),
+        pytest.param(["compare", "--by", "harness_revision", "v1", "v2"], id="compare"),
+    ],
+)
+def test_piped_tables_are_not_cut(sampled, command):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "tailcut", *command, "--data", str(sampled)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    assert "silent_degradation" in result.stdout and "schema_violation" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) > 80  # it did need the room
