@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from tailcut.analysis._errors import NoDataError, UnreachableDataError
+from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._location import is_remote
-from tailcut.exporters._location import location as place
+from tailcut.exporters._location import location as parse_location
 
 if TYPE_CHECKING:
     import duckdb
@@ -60,15 +61,7 @@ def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict
     (:class:`UnreachableDataError` when a remote one cannot be listed)."""
     import duckdb
 
-    if is_remote(location):
-        try:
-            place(location).exists()
-        except OSError as exc:
-            raise UnreachableDataError(
-                f"{location}: cannot list it ({str(exc).splitlines()[0]}); check the bucket name, "
-                "AWS_ENDPOINT_URL and the credentials"
-            ) from None
-    else:
+    if not is_remote(location):
         root = Path(location)
         if not root.exists():
             raise NoDataError(f"{location}: no such data dir (write one with `tailcut collect` or `ingest`)")
@@ -84,6 +77,10 @@ def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict
             raise NoDataError(f"{location}: cannot list {table}/ ({str(exc).splitlines()[0]})") from None
         found[table] = bool(rows and rows[0])
     if not any(found.values()):
+        try:
+            parse_location(location).check_reachable()  # an empty listing may be a missing bucket
+        except DataDirError as exc:
+            raise UnreachableDataError(str(exc)) from None
         raise NoDataError(
             f"{location}: no Parquet files under spans/ or traces/; is it a tailcut data dir? "
             "(it fills as `tailcut collect` or an agent's ParquetSpanExporter writes)"

@@ -175,7 +175,7 @@ def test_an_unreachable_bucket_says_so(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
-    with pytest.raises(UnreachableDataError, match=r"s3://unreachable/data: cannot list it \("):
+    with pytest.raises(UnreachableDataError, match=r"unreachable/data: cannot reach the object store \("):
         Dataset("s3://unreachable/data")
 
 
