@@ -67,9 +67,18 @@ def format_option(help_text: str, choices: Sequence[str] = ("table", "json", "cs
     )
 
 
-def out_option(help_text: str, *, type: click.ParamType | None = None, required: bool = False) -> Decorator:
-    """``--out PATH`` (parameter ``out``): where a command writes its file or directory."""
-    return click.option("--out", type=type or click.Path(dir_okay=False), required=required, help=help_text)
+def out_option(
+    help_text: str, *, type: click.ParamType | None = None, required: bool = False, default: Any = None
+) -> Decorator:
+    """``--out PATH`` (parameter ``out``): where a command writes its file (default type) or directory."""
+    return click.option(
+        "--out",
+        type=type or click.Path(dir_okay=False),
+        required=required,
+        default=default,
+        show_default=default is not None,
+        help=help_text,
+    )
 
 
 def wants_json(args: Sequence[str]) -> bool:

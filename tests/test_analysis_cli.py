@@ -580,3 +580,20 @@ def test_piped_tables_are_not_cut(sampled, command):
     assert "…" not in result.stdout
     assert "silent_degradation" in result.stdout and "schema_violation" in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) > 80  # it did need the room
+
+
+def test_the_shared_options_keep_one_name_destination_and_default():
+    """--data, --format and --out mean the same in every command (declared once, tailcut._cli_options)."""
+    from tailcut.cli import COMMANDS
+    from tailcut.cli import cli as group
+
+    seen: dict[str, set[tuple[object, ...]]] = {"--data": set(), "--format": set(), "--out": set()}
+    for name in COMMANDS:
+        command = group.get_command(None, name)  # type: ignore[arg-type]
+        for param in command.params:
+            for flag in set(param.opts) & set(seen):
+                default = None if name == "demo" or str(param.default) == "Sentinel.UNSET" else param.default
+                seen[flag].add((param.name, default))
+    assert seen["--data"] <= {("data_dir", None), ("data", None)}  # collect's own parameter name
+    assert seen["--format"] == {("fmt", "table")}
+    assert seen["--out"] == {("out", None)}
