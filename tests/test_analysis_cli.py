@@ -314,6 +314,83 @@ def test_report_terminal_and_html(sampled, tmp_path):
     assert "silent_degradation" in page
 
 
+class _Page:
+    """What a person sees of an HTML page: headings, link (href, text) pairs, text, and the raw tags."""
+
+    def __init__(self, document: str) -> None:
+        from html.parser import HTMLParser
+
+        self.headings: list[tuple[str, str]] = []
+        self.links: list[tuple[str, str]] = []
+        self.title = ""
+        self.text: list[str] = []
+        self.tags: list[str] = []
+        page = self
+
+        class Parser(HTMLParser):
+            open: str | None = None
+            href: str | None = None
+
+            def handle_starttag(self, tag, attrs):
+                page.tags.append(tag)
+                self.open = tag
+                self.href = dict(attrs).get("href") if tag == "a" else self.href
+
+            def handle_data(self, data):
+                page.text.append(data)
+                if self.open in ("h1", "h2"):
+                    page.headings.append((self.open, data))
+                elif self.open == "title":
+                    page.title += data
+                elif self.open == "a":
+                    page.links.append((self.href, data))
+
+            def handle_endtag(self, tag):
+                self.open = None
+
+        Parser().feed(document)
+
+
+def test_the_html_report_comes_from_templates_with_the_content_it_had(sampled, tmp_path):
+    """The Jinja2 templates give what the f-strings gave: the same title, headings, plots and viewer
+    links (addresses and texts as the old code formatted them), every value escaped."""
+    import dataclasses
+
+    from tailcut.analysis._report import CountRow
+
+    report = build_report(Dataset(sampled))
+    hostile = dataclasses.replace(
+        report,
+        location="<b>data</b> & co",
+        incidents=[("error", "a" * 32, "b" * 16, "tool:<x>"), ("error", "c" * 32, None, "llm:o")],
+        boundaries=[CountRow("tool:'q'<x>", 2, 2.0), CountRow("(trace)", 1, 1.0)],
+    )
+    page = _Page(hostile.write_html(tmp_path / "r.html", ui_url="http://127.0.0.1:8765/").read_text())
+    assert page.title == "tailcut report: <b>data</b> & co"  # the text, as written: escaped in the file
+    assert "b" not in page.tags and "x" not in page.tags
+    assert page.headings == [
+        ("h1", "tailcut report"),
+        ("h2", "Tables"),
+        ("h2", "Tokens and latency: tail-kept vs baseline slice"),
+        ("h2", "Failure-category rates with 95% intervals"),
+        ("h2", "Decisions over time"),
+        ("h2", "In the trace viewer"),
+    ]
+    assert page.tags.count("svg") == 3 and "script" not in page.tags
+    assert any(t.startswith("<b>data</b> & co; generated ") and t.endswith(" UTC") for t in page.text)
+    assert "decisions by reason" in "".join(page.text)  # the rich tables, exported
+    base = "http://127.0.0.1:8765"
+    assert page.links == [
+        (f"{base}/", base),
+        (f"{base}/?category=error", "error"),
+        (f"{base}/traces/{'a' * 32}?span={'b' * 16}", "aaaaaaaaaaaa… (tool:<x>)"),
+        (f"{base}/traces/{'c' * 32}", "cccccccccccc… (llm:o)"),
+        (f"{base}/?boundary=tool%3A%27q%27%3Cx%3E", "tool:'q'<x>"),
+    ]
+    plain = _Page(report.write_html(tmp_path / "plain.html").read_text())
+    assert plain.headings[-1] == ("h2", "Decisions over time") and plain.links == []
+
+
 # --- tailcut compare ---------------------------------------------------------------------------------------
 
 
