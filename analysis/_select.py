@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: The stratum name of traces whose stratification column is null.
 NO_VALUE = "(none)"
+#: Each category's place in :data:`CATEGORIES` (incidents are listed in this order).
+_ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,44 @@ def select_corpus(
     QueryError
         If ``where`` is not valid SQL over ``traces``.
     """
-    from tailcut.exporters.corpus import Selection, write_corpus
+    from tailcut.exporters.corpus import write_corpus
 
+    chosen = _validate(dataset, categories, baseline, per_category, stratify_by)
+    rows = _candidates(dataset, chosen, where, stratify_by)
+    incidents, incident_fraction = (
+        _incidents(rows, chosen, per_category, seed) if with_incidents else ([], {})
+    )
+    sample = _stratified_sample(rows, baseline, seed)
+    selections = _selections(incidents, incident_fraction, sample, rows, stratify_by)
+    if not selections:
+        raise AnalysisError("nothing to select: no kept trace shows those categories and --baseline is 0")
+    description = {
+        "data_dir": dataset.location,
+        "categories": list(chosen),
+        "where": where,
+        "baseline_requested": baseline,
+        "baseline_selected": len(sample.sampled),
+        "stratify_by": stratify_by,
+        "strata": sample.strata,
+        "seed": seed,
+        "incidents": len(incidents),
+        "per_category": per_category,
+        "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
+    }
+    summary = write_corpus(dataset.location, selections, out, description=description, overwrite=overwrite)
+    return CorpusSelection(
+        summary, selections, len(incidents), len(sample.sampled), sample.strata, description
+    )
+
+
+def _validate(
+    dataset: Dataset,
+    categories: Sequence[str] | None,
+    baseline: int,
+    per_category: int | None,
+    stratify_by: str | None,
+) -> tuple[str, ...]:
+    """The chosen categories, once every option is known to be valid (:class:`AnalysisError` if not)."""
     chosen = tuple(categories) if categories else CATEGORIES
     unknown = [c for c in chosen if c not in CATEGORIES]
     if unknown:
@@ -167,12 +205,20 @@ def select_corpus(
         raise AnalysisError(
             f"traces has no column {stratify_by!r} to stratify by; choose one of: {', '.join(columns)}"
         )
+    return chosen
+
+
+def _candidates(
+    dataset: Dataset, chosen: Sequence[str], where: str | None, stratify_by: str | None
+) -> list[dict[str, Any]]:
+    """Every kept trace matching ``where``: its π, baseline membership, stratum and chosen categories
+    found (``found``, empty for a trace with none)."""
     dataset.ensure_findings()
     condition = f"({where})" if where else "true"
     stratum = (
         f"coalesce(CAST(t.\"{stratify_by}\" AS VARCHAR), '{NO_VALUE}')" if stratify_by else f"'{NO_VALUE}'"
     )
-    rows = dataset.sql_arrow(
+    return dataset.sql_arrow(
         f"""
         SELECT t.trace_id, t.inclusion_probability, t.baseline, {stratum} AS stratum,
                coalesce(list(DISTINCT f.category) FILTER (WHERE list_contains(?, f.category)), []) AS found
@@ -182,14 +228,33 @@ def select_corpus(
         """,
         params=[list(chosen)],
     ).to_pylist()
-    order = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+def _incidents(
+    rows: list[dict[str, Any]], chosen: Sequence[str], per_category: int | None, seed: int
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """The candidates with a finding, in category then trace order (at most ``per_category`` each), and
+    the sampling fraction of each one the cap sampled."""
     incidents = sorted(
-        (r for r in rows if r["found"] and with_incidents),
-        key=lambda r: (min(order[c] for c in r["found"]), r["trace_id"]),
+        (r for r in rows if r["found"]),
+        key=lambda r: (min(_ORDER[c] for c in r["found"]), r["trace_id"]),
     )
-    incident_fraction: dict[str, float] = {}
-    if per_category is not None:
-        incidents, incident_fraction = _cap_per_category(incidents, chosen, per_category, seed)
+    if per_category is None:
+        return incidents, {}
+    return _cap_per_category(incidents, chosen, per_category, seed)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """The stratified baseline sample: ``sampled`` maps trace id to (stratum, sampling fraction)."""
+
+    sampled: dict[str, tuple[str, float]]
+    strata: dict[str, dict[str, int]]
+
+
+def _stratified_sample(rows: list[dict[str, Any]], baseline: int, seed: int) -> _Sample:
+    """``baseline`` of the baseline-slice candidates, allocated proportionally over the strata and
+    ranked by seed within each (:func:`allocate`, :func:`_rank`)."""
     candidates: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row["baseline"]:
@@ -201,47 +266,41 @@ def select_corpus(
         fraction = quota[name] / len(pool)
         for row in pool[: quota[name]]:
             sampled[row["trace_id"]] = (name, fraction)
+    strata = {k: {"available": len(v), "selected": quota[k]} for k, v in sorted(candidates.items())}
+    return _Sample(sampled, strata)
+
+
+def _selections(
+    incidents: list[dict[str, Any]],
+    incident_fraction: dict[str, float],
+    sample: _Sample,
+    rows: list[dict[str, Any]],
+    stratify_by: str | None,
+) -> list[Selection]:
+    """The manifest's entries: the incidents (a sampled one says so too), then the rest of the sample by
+    stratum, each with why it is there and its chance of being there."""
+    from tailcut.exporters.corpus import Selection
+
     selections = []
     for row in incidents:
-        found = tuple(sorted(row["found"], key=order.__getitem__))
+        found = tuple(sorted(row["found"], key=_ORDER.__getitem__))
         reason = f"incident: {', '.join(found)}"
-        if row["trace_id"] in sampled:
-            reason += f"; baseline slice sample ({_stratum_text(stratify_by, sampled[row['trace_id']][0])})"
+        if row["trace_id"] in sample.sampled:
+            reason += (
+                f"; baseline slice sample ({_stratum_text(stratify_by, sample.sampled[row['trace_id']][0])})"
+            )
         pi = row["inclusion_probability"] * incident_fraction.get(row["trace_id"], 1.0)
         selections.append(Selection(row["trace_id"], reason, found, pi, row["baseline"]))
     chosen_ids = {s.trace_id for s in selections}
     by_id = {r["trace_id"]: r for r in rows}
-    for trace_id, (name, fraction) in sorted(sampled.items(), key=lambda item: (item[1][0], item[0])):
+    for trace_id, (name, fraction) in sorted(sample.sampled.items(), key=lambda item: (item[1][0], item[0])):
         if trace_id in chosen_ids:
             continue
-        row = by_id[trace_id]
+        reason = f"baseline slice sample ({_stratum_text(stratify_by, name)})"
         selections.append(
-            Selection(
-                trace_id,
-                f"baseline slice sample ({_stratum_text(stratify_by, name)})",
-                (),
-                row["inclusion_probability"] * fraction,
-                True,
-            )
+            Selection(trace_id, reason, (), by_id[trace_id]["inclusion_probability"] * fraction, True)
         )
-    if not selections:
-        raise AnalysisError("nothing to select: no kept trace shows those categories and --baseline is 0")
-    strata = {k: {"available": len(v), "selected": quota[k]} for k, v in sorted(candidates.items())}
-    description = {
-        "data_dir": dataset.location,
-        "categories": list(chosen),
-        "where": where,
-        "baseline_requested": baseline,
-        "baseline_selected": len(sampled),
-        "stratify_by": stratify_by,
-        "strata": strata,
-        "seed": seed,
-        "incidents": len(incidents),
-        "per_category": per_category,
-        "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
-    }
-    summary = write_corpus(dataset.location, selections, out, description=description, overwrite=overwrite)
-    return CorpusSelection(summary, selections, len(incidents), len(sampled), strata, description)
+    return selections
 
 
 def _cap_per_category(

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tailcut.analysis import (
     DataReadError,
@@ -674,3 +676,34 @@ def test_the_shared_options_keep_one_name_destination_and_default():
     assert seen["--data"] <= {("data_dir", None), ("data", None)}  # collect's own parameter name
     assert seen["--format"] == {("fmt", "table")}
     assert seen["--out"] == {("out", None)}
+
+
+# --- select_corpus's parts --------------------------------------------------------------------------------
+
+
+@given(
+    strata=st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=5),
+    baseline=st.integers(min_value=0, max_value=60),
+    seed=st.integers(min_value=0, max_value=3),
+    data=st.data(),
+)
+def test_the_stratified_sample_is_proportional_seeded_and_order_free(strata, baseline, seed, data):
+    from tailcut.analysis._select import _stratified_sample
+
+    rows = [
+        {"trace_id": f"{s:02x}{i:030x}", "baseline": True, "stratum": f"s{s}", "inclusion_probability": 0.1}
+        for s, n in enumerate(strata)
+        for i in range(n)
+    ] + [{"trace_id": "f" * 32, "baseline": False, "stratum": "s0", "inclusion_probability": 1.0}]
+    sample = _stratified_sample(rows, baseline, seed)
+    available = sum(strata)
+    assert len(sample.sampled) == min(baseline, available)
+    assert "f" * 32 not in sample.sampled  # only the baseline slice is sampled
+    for name, counts in sample.strata.items():
+        share = counts["available"] * min(baseline, available) / available
+        assert abs(counts["selected"] - share) < 1 and counts["selected"] <= counts["available"]
+        chosen = [t for t, (stratum, _) in sample.sampled.items() if stratum == name]
+        assert len(chosen) == counts["selected"]
+        assert all(sample.sampled[t][1] == counts["selected"] / counts["available"] for t in chosen)
+    shuffled = data.draw(st.permutations(rows))
+    assert _stratified_sample(shuffled, baseline, seed) == sample
