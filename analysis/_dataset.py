@@ -116,13 +116,51 @@ class Dataset:
 
     Examples
     --------
-    ::
+    Record three runs of a small agent into a data dir (``tailcut collect`` or an agent's
+    ``ParquetSpanExporter`` writes one the same way), then query it:
 
-        from tailcut.analysis import Dataset
+    >>> import tailcut
+    >>> from tailcut.exporters import ParquetSpanExporter
+    >>> from tailcut.testing import capture_spans
+    >>> @tailcut.tool
+    ... def lookup(city: str) -> str:
+    ...     if city == "Atlantis":
+    ...         raise LookupError(f"no weather for {city}")
+    ...     return "sunny"
+    >>> with capture_spans() as spans:
+    ...     for city in ("Paris", "Oslo", "Atlantis"):
+    ...         try:
+    ...             with tailcut.run("weather", input={"city": city}) as run:
+    ...                 run.set_output(lookup(city))
+    ...         except LookupError:
+    ...             pass
+    >>> exporter = ParquetSpanExporter("data")
+    >>> exporter.export(spans).name
+    'SUCCESS'
+    >>> exporter.shutdown()
 
-        with Dataset("data") as data:
-            print(data.sql("SELECT kind, count(*) AS n FROM spans GROUP BY kind ORDER BY n DESC"))
-            data.sql("SELECT * FROM descendants('4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7')")
+    >>> from tailcut.analysis import Dataset
+    >>> with Dataset("data") as data:
+    ...     kinds = data.sql("SELECT kind, count(*) AS n FROM spans GROUP BY kind ORDER BY kind").rows()
+    ...     failed = data.sql("SELECT name, error_type FROM tool_calls WHERE status_code = 'ERROR'").rows()
+    ...     finding = data.sql("SELECT category, boundary, layer FROM findings").rows()
+    >>> kinds
+    [('root', 3), ('tool', 3)]
+    >>> failed
+    [('execute_tool lookup', 'LookupError')]
+    >>> finding
+    [('error', 'tool:lookup', 'environment')]
+
+    The span-tree macros take a trace and a span:
+    ``data.sql("SELECT name FROM descendants(?, ?)", params=[trace_id, span_id])``. A query DuckDB refuses
+    raises tailcut's error, with DuckDB's hint:
+
+    >>> from tailcut.analysis import QueryError
+    >>> try:
+    ...     Dataset("data").sql("SELECT * FROM trace")
+    ... except QueryError as error:
+    ...     print(error)
+    Catalog Error: Table with name trace does not exist! Did you mean "traces"?
     """
 
     def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:

@@ -153,6 +153,45 @@ def select_corpus(
         For an unknown category or column, a negative ``baseline``, a remote data dir, or an empty selection.
     QueryError
         If ``where`` is not valid SQL over ``traces``.
+
+    See Also
+    --------
+    Dataset.select : the method form; ``tailcut select`` on the command line.
+
+    Examples
+    --------
+    A data dir of three runs, one of which failed in its tool (see :class:`Dataset` for how it is made):
+
+    >>> import tailcut
+    >>> from tailcut.exporters import ParquetSpanExporter
+    >>> from tailcut.testing import capture_spans
+    >>> @tailcut.tool
+    ... def lookup(city: str) -> str:
+    ...     if city == "Atlantis":
+    ...         raise LookupError(f"no weather for {city}")
+    ...     return "sunny"
+    >>> with capture_spans() as spans:
+    ...     for city in ("Paris", "Oslo", "Atlantis"):
+    ...         try:
+    ...             with tailcut.run("weather", input={"city": city}) as run:
+    ...                 run.set_output(lookup(city))
+    ...         except LookupError:
+    ...             pass
+    >>> exporter = ParquetSpanExporter("data")
+    >>> exporter.export(spans).name
+    'SUCCESS'
+    >>> exporter.shutdown()
+
+    The incident corpus of the ``error`` category, ready for ``tailcut replay corpus``:
+
+    >>> from tailcut.analysis import Dataset, select_corpus
+    >>> chosen = select_corpus(Dataset("data"), "corpus", categories=["error"])
+    >>> chosen.incidents, chosen.baseline, chosen.summary.runs
+    (1, 0, 1)
+    >>> [(s.reason, s.inclusion_probability) for s in chosen.selections]
+    [('incident: error', 1.0)]
+    >>> sorted(path.name for path in chosen.summary.path.iterdir())
+    ['envelopes.parquet', 'manifest.json', 'manifest.sha256', 'runs.parquet']
     """
     from tailcut.exporters.corpus import write_corpus
 
