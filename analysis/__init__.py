@@ -18,10 +18,12 @@ from tailcut.analysis._compare import Comparison, Plan, compare_by, compare_wind
 from tailcut.analysis._dataset import Dataset
 from tailcut.analysis._errors import (
     AnalysisError,
+    DataReadError,
     NoDataError,
     QueryError,
     ResultsFileError,
     UnknownTraceError,
+    UnreachableDataError,
 )
 from tailcut.analysis._estimates import CategoryRate, category_rates
 from tailcut.analysis._report import Report, build_report
@@ -37,6 +39,7 @@ __all__ = [
     "CategoryRate",
     "Comparison",
     "CorpusSelection",
+    "DataReadError",
     "Dataset",
     "GroupCounts",
     "NoDataError",
@@ -48,6 +51,7 @@ __all__ = [
     "ResultsFileError",
     "Thresholds",
     "UnknownTraceError",
+    "UnreachableDataError",
     "Verdict",
     "build_report",
     "category_rates",

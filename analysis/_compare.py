@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._errors import AnalysisError
 from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
 from tailcut.analysis._power import POWER, Guidance, guidance, traces_per_group
@@ -213,6 +214,7 @@ def _guidance(verdict: Verdict, seen: tuple[int, int]) -> Guidance:
     )
 
 
+@maps_errors
 def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Comparison:
     """Compare the traces whose ``column`` is ``first`` (group A) with those where it is ``second`` (B).
 
@@ -252,6 +254,7 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
     return _compare(f"{column}: {first} → {second}", (first, second), groups)
 
 
+@maps_errors
 def compare_windows(
     dataset: Dataset,
     first: tuple[dt.datetime, dt.datetime],

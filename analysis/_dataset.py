@@ -10,14 +10,16 @@ files after :meth:`Dataset.refresh`.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from tailcut.analysis import _findings, _pieces, _source
-from tailcut.analysis._errors import QueryError, UnknownTraceError, query_error
+from tailcut.analysis._errors import QueryError, UnknownTraceError, translate
 from tailcut.errors import MissingDependencyError
 from tailcut.exporters._location import location
 
@@ -62,6 +64,25 @@ def _duckdb() -> Any:
     return duckdb
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def maps_errors(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a function whose first argument is a :class:`Dataset` inside :meth:`Dataset.reading`, so
+    the DuckDB errors of the queries it runs reach its caller as tailcut's (the public functions over a
+    dataset: ``build_report``, ``compare_by``, ``select_corpus``, ...)."""
+
+    @functools.wraps(function)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        dataset = args[0]
+        assert isinstance(dataset, Dataset), f"{function.__name__} takes a Dataset first"
+        with dataset.reading():
+            return function(*args, **kwargs)
+
+    return run
+
+
 def _parameters(params: Sequence[Any] | Mapping[str, Any] | None) -> list[Any] | dict[str, Any] | None:
     if not params:
         return None
@@ -82,7 +103,12 @@ class Dataset:
     Raises
     ------
     NoDataError
-        If the data dir does not exist or has no ``spans``/``traces`` files.
+        If the data dir does not exist or has no ``spans``/``traces`` files
+        (:class:`~tailcut.analysis.UnreachableDataError` when a bucket cannot be listed).
+    DataReadError
+        If a Parquet file of the data dir is damaged (the message names it); any method may raise it.
+    QueryError
+        If DuckDB refuses a query (its message, hints and position).
 
     See Also
     --------
@@ -90,13 +116,51 @@ class Dataset:
 
     Examples
     --------
-    ::
+    Record three runs of a small agent into a data dir (``tailcut collect`` or an agent's
+    ``ParquetSpanExporter`` writes one the same way), then query it:
 
-        from tailcut.analysis import Dataset
+    >>> import tailcut
+    >>> from tailcut.exporters import ParquetSpanExporter
+    >>> from tailcut.testing import capture_spans
+    >>> @tailcut.tool
+    ... def lookup(city: str) -> str:
+    ...     if city == "Atlantis":
+    ...         raise LookupError(f"no weather for {city}")
+    ...     return "sunny"
+    >>> with capture_spans() as spans:
+    ...     for city in ("Paris", "Oslo", "Atlantis"):
+    ...         try:
+    ...             with tailcut.run("weather", input={"city": city}) as run:
+    ...                 run.set_output(lookup(city))
+    ...         except LookupError:
+    ...             pass
+    >>> exporter = ParquetSpanExporter("data")
+    >>> exporter.export(spans).name
+    'SUCCESS'
+    >>> exporter.shutdown()
 
-        with Dataset("data") as data:
-            print(data.sql("SELECT kind, count(*) AS n FROM spans GROUP BY kind ORDER BY n DESC"))
-            data.sql("SELECT * FROM descendants('4bf92f3577b34da6a3ce929d0e0e4736', '00f067aa0ba902b7')")
+    >>> from tailcut.analysis import Dataset
+    >>> with Dataset("data") as data:
+    ...     kinds = data.sql("SELECT kind, count(*) AS n FROM spans GROUP BY kind ORDER BY kind").rows()
+    ...     failed = data.sql("SELECT name, error_type FROM tool_calls WHERE status_code = 'ERROR'").rows()
+    ...     finding = data.sql("SELECT category, boundary, layer FROM findings").rows()
+    >>> kinds
+    [('root', 3), ('tool', 3)]
+    >>> failed
+    [('execute_tool lookup', 'LookupError')]
+    >>> finding
+    [('error', 'tool:lookup', 'environment')]
+
+    The span-tree macros take a trace and a span:
+    ``data.sql("SELECT name FROM descendants(?, ?)", params=[trace_id, span_id])``. A query DuckDB refuses
+    raises tailcut's error, with DuckDB's hint:
+
+    >>> from tailcut.analysis import QueryError
+    >>> try:
+    ...     Dataset("data").sql("SELECT * FROM trace")
+    ... except QueryError as error:
+    ...     print(error)
+    Catalog Error: Table with name trace does not exist! Did you mean "traces"?
     """
 
     def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:
@@ -121,8 +185,27 @@ class Dataset:
         self.refresh()
 
     # --- setup ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reading(self, query: str | None = None) -> Iterator[None]:
+        """Map the DuckDB errors raised inside to tailcut's: the one place they are translated.
+
+        A damaged file of this data dir becomes a :class:`~tailcut.analysis.DataReadError` naming it,
+        any other DuckDB error a :class:`~tailcut.analysis.QueryError` (positions relative to
+        ``query``). Every method here runs its queries inside it; code that queries :attr:`connection`
+        directly can too.
+        """
+        duckdb = _duckdb()
+        try:
+            yield
+        except duckdb.Error as exc:
+            raise translate(exc, location=self.location, query=query) from None
+
     def refresh(self) -> None:
         """Re-read the file lists and re-create the views (files written since opening become visible)."""
+        with self.reading():
+            self._refresh()
+
+    def _refresh(self) -> None:
         self._present = _source.present_tables(self._connection, self.location)
         for table in _source.TABLES:
             _source.create_table_view(self._connection, self.location, table, self._present[table])
@@ -173,14 +256,11 @@ class Dataset:
         """
         import pyarrow as pa
 
-        duckdb = _duckdb()
         if _NAMES_FINDINGS.search(query):
             self.ensure_findings()
-        try:
+        with self.reading(query):
             relation = self._connection.sql(query, params=_parameters(params))
             return pa.table({}) if relation is None else relation.to_arrow_table()
-        except duckdb.Error as exc:
-            raise query_error(exc, query) from None
 
     def sql(self, query: str, *, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run ``query`` and return its rows as a polars DataFrame.
@@ -238,7 +318,8 @@ class Dataset:
             raise QueryError(f"no view or table named {name!r}; try one of: {', '.join(self.tables())}")
         if name == "findings":
             self.ensure_findings()
-        rows = self._connection.execute(f'DESCRIBE SELECT * FROM "{name}"').fetchall()
+        with self.reading():
+            rows = self._connection.execute(f'DESCRIBE SELECT * FROM "{name}"').fetchall()
         return [(column, type_) for column, type_, *_ in rows]
 
     # --- polars --------------------------------------------------------------------------------------------
@@ -348,7 +429,8 @@ class Dataset:
         """
         from tailcut.analysis._tree import load_tree
 
-        tree = load_tree(self, trace_id, payloads=payloads or full, full=full)
+        with self.reading():
+            tree = load_tree(self, trace_id, payloads=payloads or full, full=full)
         if tree is None:
             raise UnknownTraceError(f"no trace {trace_id} in {self.location} (no span and no traces row)")
         return tree
@@ -377,17 +459,18 @@ class Dataset:
 
         limits = thresholds or Thresholds()
         default = limits == Thresholds()
-        key = _findings.source_key(self)
-        table = compute_findings(self, limits)
-        written = _findings.write(self.location, table, key) if default and store else None
-        if written is not None:
-            self._register_findings(f"SELECT * FROM read_parquet('{_source.quote(str(written))}')")
-        else:
-            self._connection.register("_findings_arrow", table)
-            try:
-                self._register_findings("SELECT * FROM _findings_arrow", table=True)
-            finally:
-                self._connection.unregister("_findings_arrow")
+        with self.reading():
+            key = _findings.source_key(self)
+            table = compute_findings(self, limits)
+            written = _findings.write(self.location, table, key) if default and store else None
+            if written is not None:
+                self._register_findings(f"SELECT * FROM read_parquet('{_source.quote(str(written))}')")
+            else:
+                self._connection.register("_findings_arrow", table)
+                try:
+                    self._register_findings("SELECT * FROM _findings_arrow", table=True)
+                finally:
+                    self._connection.unregister("_findings_arrow")
         self._findings_key = key if default else None
         self._custom_findings = not default
         frame = pl.from_arrow(table)
@@ -403,14 +486,15 @@ class Dataset:
         """
         if self._custom_findings and not default:
             return
-        key = _findings.source_key(self)
-        if key == self._findings_key:
-            return
-        if _findings.stored_key(self.location) == key:
-            stored = _source.quote(str(_findings.path(self.location)))
-            self._register_findings(f"SELECT * FROM read_parquet('{stored}')")
-            self._findings_key, self._custom_findings = key, False
-            return
+        with self.reading():
+            key = _findings.source_key(self)
+            if key == self._findings_key:
+                return
+            if _findings.stored_key(self.location) == key:
+                stored = _source.quote(str(_findings.path(self.location)))
+                self._register_findings(f"SELECT * FROM read_parquet('{stored}')")
+                self._findings_key, self._custom_findings = key, False
+                return
         self.classify(store=store)
 
     def _register_findings(self, query: str, *, table: bool = False) -> None:

@@ -39,37 +39,77 @@ class DataReadError(AnalysisError, OSError):
     """A file of the data dir that DuckDB cannot read: a damaged or partially copied Parquet file."""
 
 
-def is_data_read_error(error: Exception) -> bool:
-    """Whether a DuckDB error is about reading a file rather than about the query.
+class UnreachableDataError(NoDataError):
+    """A remote data dir (``s3://``) cannot be listed: no such bucket, no network, refused credentials."""
+
+
+#: A file DuckDB names in its message (``'…/part-….parquet'`` or ``"…"``).
+_NAMED_FILE: Final = re.compile(r"""['"]([^'"]+\.parquet)['"]""")
+#: Words of DuckDB's complaints about a file's bytes when it names no file (Thrift, the Parquet reader).
+_FILE_WORDS: Final = ("TProtocolException", "arquet", "magic bytes", "don't know what type")
+
+
+def _named_file(error: Exception) -> str | None:
+    match = _NAMED_FILE.search(str(error))
+    return match.group(1) if match else None
+
+
+def _is_data_read_error(error: Exception, location: str | None) -> bool:
+    """Whether a DuckDB error is about reading a file of the data dir rather than about the query.
 
     DuckDB raises an I/O or invalid-input error for a truncated file, and a bare error carrying the
-    Thrift decoder's or the Parquet reader's complaint for damaged metadata or pages.
+    Thrift decoder's or the Parquet reader's complaint for damaged metadata or pages. A file it names
+    must be under ``location``: a query's own ``read_parquet('elsewhere.parquet')`` is the query's
+    problem.
     """
     import duckdb
 
-    if isinstance(error, duckdb.IOException | duckdb.InvalidInputException):
+    named = _named_file(error)
+    if named is not None:
+        return location is not None and named.startswith(location.rstrip("/") + "/")
+    if isinstance(error, duckdb.IOException):
         return True
     text = str(error)
-    return type(error) is duckdb.Error and ("TProtocolException" in text or "arquet" in text)
+    if isinstance(error, duckdb.InvalidInputException) or type(error) is duckdb.Error:
+        return any(word in text for word in _FILE_WORDS)
+    return False
 
 
-def data_read_error(error: Exception, location: str | None = None) -> DataReadError:
-    """DuckDB's file-reading error as a one-line :class:`DataReadError` that says what to do.
+def _data_read_error(error: Exception, location: str | None) -> DataReadError | None:
+    """DuckDB's file-reading error as a one-line :class:`DataReadError` that says what to do; or None
+    when DuckDB named no file and every file of a local data dir reads through (the query's fault).
 
     When DuckDB's message names no file and ``location`` (the data dir) is local, the damaged file is
-    found and named.
+    found (a full read, on this error path only) and named.
     """
     first = str(error).splitlines()[0].strip() if str(error).strip() else type(error).__name__
-    if location is not None and ".parquet" not in first:
+    if location is not None and _named_file(error) is None:
         from tailcut.analysis._source import damaged_file
+        from tailcut.exporters._location import is_remote
 
         found = damaged_file(location)
         if found is not None:
             first = f"{found}: {first}"
+        elif not is_remote(location):
+            return None
     return DataReadError(
         f"cannot read the data dir: {first}. tailcut never leaves a file half-written, so this one was "
         "damaged or copied partially: move it out of the data dir and retry"
     )
+
+
+def translate(error: Exception, *, location: str | None = None, query: str | None = None) -> AnalysisError:
+    """DuckDB's ``error`` as tailcut's: the one place DuckDB errors are mapped (:class:`Dataset` uses it).
+
+    A damaged or truncated file of the data dir at ``location`` becomes a :class:`DataReadError` naming
+    the file; anything else a :class:`QueryError` with DuckDB's message, its hints and the position it
+    points at in ``query``.
+    """
+    if _is_data_read_error(error, location):
+        damaged = _data_read_error(error, location)
+        if damaged is not None:
+            return damaged
+    return query_error(error, query)
 
 
 class UnknownTraceError(AnalysisError, LookupError):

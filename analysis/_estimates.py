@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._verdict import GroupCounts, PopulationSample
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
     )
 
 
+@maps_errors
 def category_rates(dataset: Dataset) -> list[CategoryRate]:
     """Every category's population rate: Horvitz–Thompson over kept traces and the baseline-slice rate.
 

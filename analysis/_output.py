@@ -1,4 +1,11 @@
-"""Query results as a terminal table, CSV, JSON or Parquet (``tailcut sql --format``).
+"""Everything the analysis and replay commands print: the one output module.
+
+* **Consoles** (:func:`console`): rich, and when the stream is not a terminal (a pipe, a file, CI) as
+  wide as any table needs, so nothing is cut at 80 columns with ``…``.
+* **Records** (:func:`emit`, :func:`record_json`, :func:`records_csv`): a command's result object as one
+  JSON object, or its items as CSV rows with nested keys flattened (``baseline.a.numerator``).
+* **Query results** (:func:`print_table`, :func:`to_json`, :func:`to_csv`, :func:`write_file`): Arrow
+  tables as a terminal table, CSV, JSON or Parquet (``tailcut sql --format``).
 
 Nested values (maps, lists, structs, JSON) have no CSV cell type, so CSV writes them as JSON text; JSON
 writes one array of row objects; Parquet keeps the Arrow types. Nanosecond times (every span and trace
@@ -9,9 +16,11 @@ file is written under a temporary name and renamed, so a failed write leaves not
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import io
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -27,6 +36,83 @@ Format = Literal["table", "csv", "json", "parquet"]
 FORMATS: Final = ("table", "csv", "json", "parquet")
 #: Rows a terminal table shows before it says how many more there are.
 TABLE_ROWS: Final = 200
+#: The width of a console whose stream is not a terminal: no table is ever cut to fit it.
+PIPE_WIDTH: Final = 100_000
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr); not a terminal: :data:`PIPE_WIDTH` wide, whatever
+    ``COLUMNS`` says, so tables keep every character of every cell."""
+    from rich.console import Console
+
+    made = Console(stderr=stderr)
+    if not made.is_terminal:
+        made.width = PIPE_WIDTH
+    return made
+
+
+# --- records -------------------------------------------------------------------------------------------
+
+
+def record_json(record: Any) -> str:
+    """A record as indented JSON (keys as given; non-string keys as text)."""
+    return orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+
+
+def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested keys joined with dots; lists become ``;``-joined text (one CSV cell)."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            flat[name] = ";".join(str(v) for v in value)
+        else:
+            flat[name] = value
+    return flat
+
+
+def _csv_value(value: Any) -> Any:
+    """A CSV cell: empty for null, ``true``/``false`` for booleans (what CSV readers parse back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
+def records_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Records as CSV with a header: ``columns``, or the union of their flattened keys in first-seen order."""
+    flat = [flatten(row) for row in rows]
+    names: dict[str, None] = dict.fromkeys(columns or ())
+    if columns is None:
+        for row in flat:
+            names.update(dict.fromkeys(row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(names), lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in flat:
+        writer.writerow({k: _csv_value(v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def emit(
+    fmt: Literal["json", "csv"] | str,
+    record: Any,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    columns: Sequence[str] | None = None,
+) -> None:
+    """Print ``record`` as one JSON object (``--format json``) or ``rows`` as CSV (``--format csv``,
+    with these ``columns`` if given)."""
+    import click
+
+    if fmt == "json":
+        click.echo(record_json(record))
+    else:
+        click.echo(records_csv(rows, columns), nl=False)
+
+
+# --- query results -------------------------------------------------------------------------------------
 
 
 def _microseconds(type_: pa.DataType) -> pa.DataType:
@@ -112,8 +198,6 @@ def to_json(table: pa.Table) -> bytes:
 
 def to_csv(table: pa.Table) -> bytes:
     """The rows as CSV with a header; nested cells as JSON text."""
-    import csv
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(table.column_names)

@@ -8,14 +8,11 @@ The keys are a stable contract (the README's analysis section lists them):
 * a **difference** of group B from group A is ``{"value", "low", "high", "confidence", "method", "a",
   "b"}``, ``value = b.value − a.value``, with both groups' estimates.
 
-CSV flattens a record's nested keys with dots (``baseline.a.numerator``).
+:mod:`tailcut.analysis._output` prints them (CSV flattens nested keys with dots: ``baseline.a.numerator``).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tailcut.analysis import stats
@@ -65,31 +62,3 @@ def difference_record(difference: stats.Difference | None) -> dict[str, Any] | N
         "a": estimate_record(difference.second),
         "b": estimate_record(difference.first),
     }
-
-
-def flatten(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested keys joined with dots; lists become ``;``-joined text (one CSV cell)."""
-    flat: dict[str, Any] = {}
-    for key, value in record.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        elif isinstance(value, list | tuple):
-            flat[name] = ";".join(str(v) for v in value)
-        else:
-            flat[name] = value
-    return flat
-
-
-def to_csv(rows: Iterable[Mapping[str, Any]]) -> str:
-    """Records as CSV with a header: the union of their flattened keys, in first-seen order."""
-    flat = [flatten(row) for row in rows]
-    columns: dict[str, None] = {}
-    for row in flat:
-        columns.update(dict.fromkeys(row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    for row in flat:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    return buffer.getvalue()

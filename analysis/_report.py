@@ -11,7 +11,6 @@ from the fleet's mix.
 from __future__ import annotations
 
 import datetime as dt
-import html
 import io
 import os
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
 from tailcut.analysis import stats
+from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
 from tailcut.analysis._power import POWER, detectable_difference
 from tailcut.analysis._records import estimate_record, value_record
@@ -247,6 +247,7 @@ class Report:
         offending boundary and a few traces per category to the viewer. The file is written to a
         temporary name beside ``path`` and renamed, so a failure leaves nothing.
         """
+        from markupsafe import Markup
         from rich.console import Console
 
         from tailcut.analysis._plots import category_plot, distribution_plot, timeline_plot
@@ -260,18 +261,16 @@ class Report:
             ("Failure-category rates with 95% intervals", category_plot(self.categories, self.truth)),
             ("Decisions over time", timeline_plot(self.timeline)),
         ]
-        body = "".join(
-            f"<section><h2>{html.escape(title)}</h2>{svg}</section>" for title, svg in figures if svg
-        )
         document = (
-            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>tailcut report: {html.escape(self.location)}</title>"
-            "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}"
-            "section{margin:2em 0}svg{max-width:100%;height:auto}pre{font-size:12px}</style></head><body>"
-            f"<h1>tailcut report</h1><p>{html.escape(self.location)}; generated "
-            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC</p>"
-            f"<section><h2>Tables</h2>{tables_html}</section>{body}"
-            f"{self._viewer_links(ui_url) if ui_url else ''}</body></html>\n"
+            _templates()
+            .get_template("report.html")
+            .render(
+                location=self.location,
+                generated=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}",
+                tables=Markup(tables_html),  # rich's export: escaped by rich
+                figures=[(title, Markup(svg)) for title, svg in figures if svg],  # matplotlib's SVG
+                viewer=self._viewer_links(ui_url) if ui_url else None,
+            )
         )
         target = Path(path)
         temporary = target.with_name(f".{target.name}.tmp")
@@ -283,30 +282,44 @@ class Report:
             raise
         return target
 
-    def _viewer_links(self, ui_url: str) -> str:
-        """A section linking categories, boundaries and incident traces to the trace viewer at ``ui_url``."""
+    def _viewer_links(self, ui_url: str) -> dict[str, Any]:
+        """What ``_viewer_links.html`` links to the trace viewer at ``ui_url``: categories, their incident
+        traces and the offending boundaries (the template escapes every text and address)."""
         base = ui_url.rstrip("/")
-
-        def link(path: str, text: str) -> str:
-            return f"<a href='{html.escape(base + path, quote=True)}'>{html.escape(text)}</a>"
-
-        items = []
-        for category in sorted({c for c, *_ in self.incidents}):
-            traces = ", ".join(
-                link(f"/traces/{t}" + (f"?span={s}" if s else ""), f"{t[:12]}… ({where})")
-                for c, t, s, where in self.incidents
-                if c == category
-            )
-            items.append(f"<li>{link('/?' + urlencode({'category': category}), category)}: {traces}</li>")
-        boundaries = ", ".join(
-            link("/?" + urlencode({"boundary": row.label}), row.label)
+        categories = [
+            {
+                "name": category,
+                "href": f"{base}/?{urlencode({'category': category})}",
+                "traces": [
+                    {
+                        "href": f"{base}/traces/{t}" + (f"?span={s}" if s else ""),
+                        "text": f"{t[:12]}… ({where})",
+                    }
+                    for c, t, s, where in self.incidents
+                    if c == category
+                ],
+            }
+            for category in sorted({c for c, *_ in self.incidents})
+        ]
+        boundaries = [
+            {"href": f"{base}/?{urlencode({'boundary': row.label})}", "text": row.label}
             for row in self.boundaries
             if row.label != "(trace)"
-        )
-        return (
-            f"<section><h2>In the trace viewer</h2><p>{link('/', base)}</p><ul>{''.join(items)}</ul>"
-            f"<p>Offending boundaries: {boundaries or 'none'}</p></section>"
-        )
+        ]
+        return {"base": base, "categories": categories, "boundaries": boundaries}
+
+
+def _templates() -> Any:
+    """The report's Jinja2 environment: templates in ``tailcut/analysis/templates``, autoescaping on."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("tailcut.analysis", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def _incidents(dataset: Dataset, per_category: int = 5) -> list[tuple[str, str, str | None, str]]:
@@ -413,6 +426,7 @@ def _timeline(dataset: Dataset) -> list[tuple[dt.datetime, int, int]]:
     ]
 
 
+@maps_errors
 def build_report(dataset: Dataset, *, truth: Mapping[str, float] | None = None) -> Report:
     """Gather the report of a data dir (classifying its kept traces first if needed).
 

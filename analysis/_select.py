@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis._classify import CATEGORIES
+from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._errors import AnalysisError
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 #: The stratum name of traces whose stratification column is null.
 NO_VALUE = "(none)"
+#: Each category's place in :data:`CATEGORIES` (incidents are listed in this order).
+_ORDER = {c: i for i, c in enumerate(CATEGORIES)}
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def _rank(seed: int, trace_id: str) -> str:
     return hashlib.sha256(f"{seed}:{trace_id}".encode()).hexdigest()
 
 
+@maps_errors
 def select_corpus(
     dataset: Dataset,
     out: str | os.PathLike[str],
@@ -149,9 +153,84 @@ def select_corpus(
         For an unknown category or column, a negative ``baseline``, a remote data dir, or an empty selection.
     QueryError
         If ``where`` is not valid SQL over ``traces``.
-    """
-    from tailcut.exporters.corpus import Selection, write_corpus
 
+    See Also
+    --------
+    Dataset.select : the method form; ``tailcut select`` on the command line.
+
+    Examples
+    --------
+    A data dir of three runs, one of which failed in its tool (see :class:`Dataset` for how it is made):
+
+    >>> import tailcut
+    >>> from tailcut.exporters import ParquetSpanExporter
+    >>> from tailcut.testing import capture_spans
+    >>> @tailcut.tool
+    ... def lookup(city: str) -> str:
+    ...     if city == "Atlantis":
+    ...         raise LookupError(f"no weather for {city}")
+    ...     return "sunny"
+    >>> with capture_spans() as spans:
+    ...     for city in ("Paris", "Oslo", "Atlantis"):
+    ...         try:
+    ...             with tailcut.run("weather", input={"city": city}) as run:
+    ...                 run.set_output(lookup(city))
+    ...         except LookupError:
+    ...             pass
+    >>> exporter = ParquetSpanExporter("data")
+    >>> exporter.export(spans).name
+    'SUCCESS'
+    >>> exporter.shutdown()
+
+    The incident corpus of the ``error`` category, ready for ``tailcut replay corpus``:
+
+    >>> from tailcut.analysis import Dataset, select_corpus
+    >>> chosen = select_corpus(Dataset("data"), "corpus", categories=["error"])
+    >>> chosen.incidents, chosen.baseline, chosen.summary.runs
+    (1, 0, 1)
+    >>> [(s.reason, s.inclusion_probability) for s in chosen.selections]
+    [('incident: error', 1.0)]
+    >>> sorted(path.name for path in chosen.summary.path.iterdir())
+    ['envelopes.parquet', 'manifest.json', 'manifest.sha256', 'runs.parquet']
+    """
+    from tailcut.exporters.corpus import write_corpus
+
+    chosen = _validate(dataset, categories, baseline, per_category, stratify_by)
+    rows = _candidates(dataset, chosen, where, stratify_by)
+    incidents, incident_fraction = (
+        _incidents(rows, chosen, per_category, seed) if with_incidents else ([], {})
+    )
+    sample = _stratified_sample(rows, baseline, seed)
+    selections = _selections(incidents, incident_fraction, sample, rows, stratify_by)
+    if not selections:
+        raise AnalysisError("nothing to select: no kept trace shows those categories and --baseline is 0")
+    description = {
+        "data_dir": dataset.location,
+        "categories": list(chosen),
+        "where": where,
+        "baseline_requested": baseline,
+        "baseline_selected": len(sample.sampled),
+        "stratify_by": stratify_by,
+        "strata": sample.strata,
+        "seed": seed,
+        "incidents": len(incidents),
+        "per_category": per_category,
+        "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
+    }
+    summary = write_corpus(dataset.location, selections, out, description=description, overwrite=overwrite)
+    return CorpusSelection(
+        summary, selections, len(incidents), len(sample.sampled), sample.strata, description
+    )
+
+
+def _validate(
+    dataset: Dataset,
+    categories: Sequence[str] | None,
+    baseline: int,
+    per_category: int | None,
+    stratify_by: str | None,
+) -> tuple[str, ...]:
+    """The chosen categories, once every option is known to be valid (:class:`AnalysisError` if not)."""
     chosen = tuple(categories) if categories else CATEGORIES
     unknown = [c for c in chosen if c not in CATEGORIES]
     if unknown:
@@ -165,12 +244,20 @@ def select_corpus(
         raise AnalysisError(
             f"traces has no column {stratify_by!r} to stratify by; choose one of: {', '.join(columns)}"
         )
+    return chosen
+
+
+def _candidates(
+    dataset: Dataset, chosen: Sequence[str], where: str | None, stratify_by: str | None
+) -> list[dict[str, Any]]:
+    """Every kept trace matching ``where``: its π, baseline membership, stratum and chosen categories
+    found (``found``, empty for a trace with none)."""
     dataset.ensure_findings()
     condition = f"({where})" if where else "true"
     stratum = (
         f"coalesce(CAST(t.\"{stratify_by}\" AS VARCHAR), '{NO_VALUE}')" if stratify_by else f"'{NO_VALUE}'"
     )
-    rows = dataset.sql_arrow(
+    return dataset.sql_arrow(
         f"""
         SELECT t.trace_id, t.inclusion_probability, t.baseline, {stratum} AS stratum,
                coalesce(list(DISTINCT f.category) FILTER (WHERE list_contains(?, f.category)), []) AS found
@@ -180,14 +267,33 @@ def select_corpus(
         """,
         params=[list(chosen)],
     ).to_pylist()
-    order = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+def _incidents(
+    rows: list[dict[str, Any]], chosen: Sequence[str], per_category: int | None, seed: int
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """The candidates with a finding, in category then trace order (at most ``per_category`` each), and
+    the sampling fraction of each one the cap sampled."""
     incidents = sorted(
-        (r for r in rows if r["found"] and with_incidents),
-        key=lambda r: (min(order[c] for c in r["found"]), r["trace_id"]),
+        (r for r in rows if r["found"]),
+        key=lambda r: (min(_ORDER[c] for c in r["found"]), r["trace_id"]),
     )
-    incident_fraction: dict[str, float] = {}
-    if per_category is not None:
-        incidents, incident_fraction = _cap_per_category(incidents, chosen, per_category, seed)
+    if per_category is None:
+        return incidents, {}
+    return _cap_per_category(incidents, chosen, per_category, seed)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """The stratified baseline sample: ``sampled`` maps trace id to (stratum, sampling fraction)."""
+
+    sampled: dict[str, tuple[str, float]]
+    strata: dict[str, dict[str, int]]
+
+
+def _stratified_sample(rows: list[dict[str, Any]], baseline: int, seed: int) -> _Sample:
+    """``baseline`` of the baseline-slice candidates, allocated proportionally over the strata and
+    ranked by seed within each (:func:`allocate`, :func:`_rank`)."""
     candidates: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row["baseline"]:
@@ -199,47 +305,41 @@ def select_corpus(
         fraction = quota[name] / len(pool)
         for row in pool[: quota[name]]:
             sampled[row["trace_id"]] = (name, fraction)
+    strata = {k: {"available": len(v), "selected": quota[k]} for k, v in sorted(candidates.items())}
+    return _Sample(sampled, strata)
+
+
+def _selections(
+    incidents: list[dict[str, Any]],
+    incident_fraction: dict[str, float],
+    sample: _Sample,
+    rows: list[dict[str, Any]],
+    stratify_by: str | None,
+) -> list[Selection]:
+    """The manifest's entries: the incidents (a sampled one says so too), then the rest of the sample by
+    stratum, each with why it is there and its chance of being there."""
+    from tailcut.exporters.corpus import Selection
+
     selections = []
     for row in incidents:
-        found = tuple(sorted(row["found"], key=order.__getitem__))
+        found = tuple(sorted(row["found"], key=_ORDER.__getitem__))
         reason = f"incident: {', '.join(found)}"
-        if row["trace_id"] in sampled:
-            reason += f"; baseline slice sample ({_stratum_text(stratify_by, sampled[row['trace_id']][0])})"
+        if row["trace_id"] in sample.sampled:
+            reason += (
+                f"; baseline slice sample ({_stratum_text(stratify_by, sample.sampled[row['trace_id']][0])})"
+            )
         pi = row["inclusion_probability"] * incident_fraction.get(row["trace_id"], 1.0)
         selections.append(Selection(row["trace_id"], reason, found, pi, row["baseline"]))
     chosen_ids = {s.trace_id for s in selections}
     by_id = {r["trace_id"]: r for r in rows}
-    for trace_id, (name, fraction) in sorted(sampled.items(), key=lambda item: (item[1][0], item[0])):
+    for trace_id, (name, fraction) in sorted(sample.sampled.items(), key=lambda item: (item[1][0], item[0])):
         if trace_id in chosen_ids:
             continue
-        row = by_id[trace_id]
+        reason = f"baseline slice sample ({_stratum_text(stratify_by, name)})"
         selections.append(
-            Selection(
-                trace_id,
-                f"baseline slice sample ({_stratum_text(stratify_by, name)})",
-                (),
-                row["inclusion_probability"] * fraction,
-                True,
-            )
+            Selection(trace_id, reason, (), by_id[trace_id]["inclusion_probability"] * fraction, True)
         )
-    if not selections:
-        raise AnalysisError("nothing to select: no kept trace shows those categories and --baseline is 0")
-    strata = {k: {"available": len(v), "selected": quota[k]} for k, v in sorted(candidates.items())}
-    description = {
-        "data_dir": dataset.location,
-        "categories": list(chosen),
-        "where": where,
-        "baseline_requested": baseline,
-        "baseline_selected": len(sampled),
-        "stratify_by": stratify_by,
-        "strata": strata,
-        "seed": seed,
-        "incidents": len(incidents),
-        "per_category": per_category,
-        "inclusion_probability": "the data dir's pi times the stratum's sampling fraction (baseline sample)",
-    }
-    summary = write_corpus(dataset.location, selections, out, description=description, overwrite=overwrite)
-    return CorpusSelection(summary, selections, len(incidents), len(sampled), strata, description)
+    return selections
 
 
 def _cap_per_category(

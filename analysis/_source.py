@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from tailcut.analysis._errors import NoDataError, data_read_error, is_data_read_error
+from tailcut.analysis._errors import NoDataError, UnreachableDataError
 from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._location import is_remote
 from tailcut.exporters._location import location as parse_location
@@ -57,7 +57,8 @@ def damaged_file(location: str) -> str | None:
 
 
 def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict[str, bool]:
-    """Which tables have at least one Parquet file; raises :class:`NoDataError` when none has."""
+    """Which tables have at least one Parquet file; raises :class:`NoDataError` when none has
+    (:class:`UnreachableDataError` when a remote one cannot be listed)."""
     import duckdb
 
     if not is_remote(location):
@@ -79,7 +80,7 @@ def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict
         try:
             parse_location(location).check_reachable()  # an empty listing may be a missing bucket
         except DataDirError as exc:
-            raise NoDataError(str(exc)) from None
+            raise UnreachableDataError(str(exc)) from None
         raise NoDataError(
             f"{location}: no Parquet files under spans/ or traces/; is it a tailcut data dir? "
             "(it fills as `tailcut collect` or an agent's ParquetSpanExporter writes)"
@@ -147,16 +148,8 @@ def create_table_view(
         f"read_parquet('{quote(table_glob(location, table))}', hive_partitioning = true, "
         "union_by_name = true)"
     )
-    import duckdb
-
-    try:
-        have = {
-            name: type_ for name, type_, *_ in connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()
-        }
-    except duckdb.Error as exc:
-        if not is_data_read_error(exc):
-            raise
-        raise data_read_error(exc, location) from None
+    rows = connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()  # Dataset maps its errors
+    have = {name: type_ for name, type_, *_ in rows}
     connection.execute(f"CREATE OR REPLACE VIEW {table} AS {current_columns(table, have, scan)}")
 
 

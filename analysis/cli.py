@@ -2,31 +2,20 @@
 ``ingest`` (the exporters' command, registered here with the per-trace features and findings refresh).
 
 Each command opens a :class:`~tailcut.analysis.Dataset`, calls one library function and renders its
-result. Library errors (:class:`~tailcut.errors.TailcutError`) propagate to the ``tailcut`` group, which
-prints each as one line with a non-zero exit, never a traceback.
+result. Each is a :class:`~tailcut._cli_options.ReportingCommand`: a library error
+(:class:`~tailcut.errors.TailcutError`) is one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from tailcut.cli import format_option
+from tailcut._cli_options import ReportingCommand, data_option, format_option, out_option
 from tailcut.exporters.cli import ingest_command
-
-_data_option = click.option(
-    "--data",
-    "data_dir",
-    required=True,
-    metavar="DIR",
-    help="The data dir: a local path, or s3://bucket/prefix (standard AWS variables).",
-)
-
 
 _report_format_option = format_option(
     "table for people; json (one object, keys in the README) or csv (one row per item) for machines."
@@ -34,45 +23,15 @@ _report_format_option = format_option(
 
 
 def _emit(fmt: str, record: Any, rows: Any) -> None:
-    """Print ``record`` as JSON or ``rows`` as CSV (``--format json|csv``)."""
-    import orjson
+    from tailcut.analysis._output import emit
 
-    from tailcut.analysis._records import to_csv
-
-    if fmt == "json":
-        click.echo(orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
-    else:
-        click.echo(to_csv(rows), nl=False)
+    emit(fmt, record, rows)
 
 
-def _console(**options: Any) -> Any:
-    from rich.console import Console
+def _console() -> Any:
+    from tailcut.analysis._output import console
 
-    return Console(**options)
-
-
-_Command = TypeVar("_Command", bound=Callable[..., Any])
-
-
-def _reads_data(command: _Command) -> _Command:
-    """Report a data-dir file DuckDB cannot read (damaged Parquet) as one line, wherever a query hits it."""
-
-    @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        import duckdb
-
-        from tailcut.analysis._errors import data_read_error, is_data_read_error
-        from tailcut.exporters._location import location
-
-        try:
-            return command(*args, **kwargs)
-        except duckdb.Error as exc:
-            if not is_data_read_error(exc):
-                raise
-            data_dir = kwargs.get("data_dir")
-            raise data_read_error(exc, location(data_dir).url if data_dir else None) from None
-
-    return run  # type: ignore[return-value]
+    return console()
 
 
 def _open(data_dir: str) -> Any:
@@ -84,20 +43,11 @@ def _open(data_dir: str) -> Any:
 # ------------------------------------------------------------------------------------------------------ sql
 
 
-@click.command()
+@click.command(cls=ReportingCommand)
 @click.argument("query", required=False)
-@_data_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
-    default="table",
-    show_default=True,
-    help="Output format (parquet needs --out).",
-)
-@click.option(
-    "--out", type=click.Path(dir_okay=False), help="Write the result to this file instead of stdout."
-)
+@data_option()
+@format_option("Output format (parquet needs --out).", ("table", "csv", "json", "parquet"))
+@out_option("Write the result to this file instead of stdout.")
 def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
     """Run QUERY (DuckDB SQL) over the data dir, or open a shell without one.
 
@@ -138,13 +88,12 @@ def sql(query: str | None, data_dir: str, fmt: str, out: str | None) -> None:
 # ----------------------------------------------------------------------------------------------------- tree
 
 
-@click.command()
+@click.command(cls=ReportingCommand)
 @click.argument("trace_id")
-@_data_option
+@data_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the tree as JSON instead.")
 @click.option("--payloads", is_flag=True, help="Show each span's request and response (abridged).")
 @click.option("--full", is_flag=True, help="With --payloads: whole payloads, not their first 200 characters.")
-@_reads_data
 def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool) -> None:
     """Show trace TRACE_ID as an indented span tree.
 
@@ -164,18 +113,15 @@ def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool
 # ------------------------------------------------------------------------------------------------- classify
 
 
-@click.command()
-@_data_option
-@click.option(
-    "--out", type=click.Path(dir_okay=False), help="Write every finding to this file (.parquet, .csv, .json)."
-)
+@click.command(cls=ReportingCommand)
+@data_option()
+@out_option("Write every finding to this file (.parquet, .csv, .json).")
 @click.option("--show", default=20, show_default=True, help="Findings to list in the terminal.")
 @click.option("--loop-min-repeats", type=int, help="Identical tool calls that make a tool_loop (default 3).")
 @click.option("--cost-z", type=float, help="Robust z of tokens or LLM calls for cost_blowup (default 6).")
 @click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
 @click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
 @_report_format_option
-@_reads_data
 def classify(
     data_dir: str,
     out: str | None,
@@ -211,7 +157,7 @@ def classify(
         "SELECT category, count(*) AS findings, string_agg(DISTINCT layer, ', ' ORDER BY layer) AS layers "
         "FROM findings GROUP BY 1 ORDER BY 2 DESC, 1"
     )
-    (kept,) = dataset.connection.execute("SELECT count(DISTINCT trace_id) FROM spans").fetchall()[0]
+    kept = dataset.sql_arrow("SELECT count(DISTINCT trace_id) AS n FROM spans")["n"][0].as_py()
     if out is not None:
         out_fmt = "parquet" if out.endswith(".parquet") else "json" if out.endswith(".json") else "csv"
         write_file(findings.to_arrow(), out, out_fmt)  # type: ignore[arg-type]
@@ -251,8 +197,8 @@ def classify(
 # --------------------------------------------------------------------------------------------------- report
 
 
-@click.command()
-@_data_option
+@click.command(cls=ReportingCommand)
+@data_option()
 @click.option(
     "--html", "html_path", type=click.Path(dir_okay=False), help="Also write a self-contained HTML report."
 )
@@ -262,7 +208,6 @@ def classify(
     help="Where `tailcut ui` serves this data dir: the HTML report links traces and boundaries to it.",
 )
 @_report_format_option
-@_reads_data
 def report(data_dir: str, html_path: str | None, ui_url: str | None, fmt: str) -> None:
     """Traffic seen vs kept, decisions, failure rates with intervals, layers and boundaries.
 
@@ -308,8 +253,8 @@ def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     return frozenset(labels)
 
 
-@click.command()
-@click.option("--data", "data_dir", metavar="DIR", help="The data dir (for --by and --window).")
+@click.command(cls=ReportingCommand)
+@data_option("The data dir (for --by and --window).", required=False)
 @click.option(
     "--by", "column", metavar="COLUMN", help="Compare two values of this traces column (then give A B)."
 )
@@ -336,7 +281,6 @@ def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 )
 @_report_format_option
 @click.argument("values", nargs=-1)
-@_reads_data
 def compare(
     data_dir: str | None,
     column: str | None,
@@ -431,8 +375,8 @@ def _comparison(
 # --------------------------------------------------------------------------------------------------- select
 
 
-@click.command()
-@_data_option
+@click.command(cls=ReportingCommand)
+@data_option()
 @click.option(
     "--category", "categories", multiple=True, help="Incident category (repeatable; default: all six)."
 )
@@ -450,12 +394,9 @@ def _comparison(
     default=None,
     help="At most N incidents per category (a seeded sample); default every incident.",
 )
-@click.option(
-    "--out", required=True, type=click.Path(file_okay=False), help="The corpus directory to create."
-)
+@out_option("The corpus directory to create.", type=click.Path(file_okay=False), required=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
 @_report_format_option
-@_reads_data
 def select(
     data_dir: str,
     categories: tuple[str, ...],

@@ -22,6 +22,7 @@ from typing import Any, Final, TextIO
 
 import click
 
+from tailcut._cli_options import data_option
 from tailcut.errors import TailcutError
 
 
@@ -35,11 +36,12 @@ from tailcut.errors import TailcutError
     "(default: the otel-config.yaml shipped with tailcut).",
 )
 @click.option("--check", is_flag=True, help="Validate the config, print what it sets up, and exit.")
-@click.option(
-    "--data",
+@data_option(
+    "Data dir for Parquet, a path or s3://bucket/prefix (overrides exporters.tailcut_parquet.path).",
+    required=False,
+    dest="data",
+    metavar=None,
     type=click.Path(file_okay=False),
-    default=None,
-    help="Data dir for Parquet, a path or s3://bucket/prefix (overrides exporters.tailcut_parquet.path).",
 )
 @click.option(
     "--http",

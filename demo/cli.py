@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tailcut._cli_options import out_option
 from tailcut.demo.run import DEFAULT_RUNS, DemoOptions
 
 
@@ -14,12 +15,10 @@ from tailcut.demo.run import DEFAULT_RUNS, DemoOptions
     "--runs", type=click.IntRange(min=50), default=DEFAULT_RUNS, show_default=True, help="Agent runs."
 )
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="Agent threads.")
-@click.option(
-    "--out",
+@out_option(
+    "Output directory (data dir, report, corpus, replay results). A previous demo's is replaced.",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("tailcut-demo"),
-    show_default=True,
-    help="Output directory (data dir, report, corpus, replay results). A previous demo's is replaced.",
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the ticket mix.")
 @click.option("--profile", is_flag=True, help="Print each stage's wall time and share of the whole.")
@@ -33,9 +32,8 @@ def demo(runs: int, workers: int, out: Path, seed: int, profile: bool) -> None:
     tests a fix of the unsafe-refund incident with cut-point replay, and ends with `tailcut validate`
     of the fixed harness against one incident of each of its six faults.
     """
-    from rich.console import Console
-
+    from tailcut.analysis._output import console as make_console
     from tailcut.demo.run import run_demo
 
-    console = Console()
+    console = make_console()  # not a terminal: as wide as its tables, none cut
     run_demo(DemoOptions(runs=runs, workers=workers, out=out, seed=seed, profile=profile), console)

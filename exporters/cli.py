@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tailcut._cli_options import data_option, out_option
 from tailcut.errors import TailcutError
 
 if TYPE_CHECKING:
@@ -120,13 +121,7 @@ def _run_ingest(
 
 
 @click.command("export-corpus")
-@click.option(
-    "--data",
-    "data_dir",
-    required=True,
-    metavar="DIR",
-    help="The data dir the traces were written to (a path or s3://bucket/prefix).",
-)
+@data_option("The data dir the traces were written to (a path or s3://bucket/prefix).")
 @click.option(
     "--trace",
     "trace_ids",
@@ -135,7 +130,7 @@ def _run_ingest(
     metavar="ID",
     help="A trace to export, 32 hex characters (repeatable).",
 )
-@click.option("--out", required=True, type=click.Path(path_type=str), help="The corpus directory to create.")
+@out_option("The corpus directory to create.", type=click.Path(path_type=str), required=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing corpus at --out.")
 def export_corpus(data_dir: str, trace_ids: tuple[str, ...], out: str, overwrite: bool) -> None:
     """Write the given traces of a data dir as a replay corpus.

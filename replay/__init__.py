@@ -31,8 +31,8 @@ Examples
 from tailcut.replay._corpus import Corpus, load_corpus
 from tailcut.replay._divergence import DivergenceRecord
 from tailcut.replay._modes import ReplayMode
-from tailcut.replay._output import exit_status, report_dict
 from tailcut.replay._rates import rate_text, rate_word
+from tailcut.replay._records import exit_status, report_dict
 from tailcut.replay._rerun import Rerun
 from tailcut.replay._runner import ReplayReport, run_replay
 from tailcut.replay._session import ReplaySession, session

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut.errors import ReplayError
-from tailcut.replay._output import pass_rate_record
+from tailcut.replay._records import pass_rate_record
 
 if TYPE_CHECKING:
     from tailcut.replay._corpus import CorpusRun

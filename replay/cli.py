@@ -8,11 +8,19 @@ from typing import NoReturn
 
 import click
 
-from tailcut.cli import format_option
+from tailcut._cli_options import ReportingCommand, data_option, format_option, out_option
 from tailcut.errors import TailcutError
 
+#: How ``tailcut replay`` exits (its ``1`` is about the reruns: replay has no ``--fail-on``).
+REPLAY_EXIT_RULE = (
+    "Exit status: 0 every rerun passed; 1 a rerun failed or diverged (report only with --no-strict) or "
+    "the canary failed; 2 the replay could not run (a bad option, a refused or missing corpus): one line "
+    'on stderr says why, and with --format json stdout gets {"error": "..."}; 3 no trace of the corpus '
+    "could be replayed; 130 interrupted."
+)
 
-@click.command()
+
+@click.command(cls=ReportingCommand, epilog=REPLAY_EXIT_RULE)
 @click.argument("corpus", type=click.Path(path_type=str))
 @click.option(
     "--agent",
@@ -45,9 +53,7 @@ from tailcut.errors import TailcutError
     metavar="MODULE:FUNCTION",
     help="Judges each rerun: check(rerun) -> bool or (bool, message). Default: the outcome reproduces.",
 )
-@click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=str), help="Write one row per rerun to this Parquet."
-)
+@out_option("Write one row per rerun to this Parquet.", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--trace", "traces", multiple=True, metavar="ID", help="Replay only this trace (repeatable).")
 @click.option("--no-verify", is_flag=True, help="Do not check the corpus files against their sha256.")
 @click.option(
@@ -102,15 +108,12 @@ def replay(
     The agent entry point is called with the run's recorded input (decoded JSON) as its one argument;
     it should open tailcut.run itself (or a root span of its own instrumentation): crossings outside
     any run are numbered per rerun.
-
-    Exit status: 0 every rerun passed; 1 a rerun failed or diverged (report only with --no-strict), the
-    canary failed, or the replay could not start; 3 no trace of the corpus could be replayed; 130
-    interrupted.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from tailcut.replay._output import exit_status, report_csv, report_dict
+    from tailcut.analysis._output import emit
+    from tailcut.replay._records import CSV_COLUMNS, exit_status, report_dict, report_rows
     from tailcut.replay._runner import run_replay
 
     console = Console(stderr=True)
@@ -124,29 +127,24 @@ def replay(
     )
     task = progress.add_task("replay", total=None)
     with progress:
-        try:
-            report = run_replay(
-                corpus,
-                agent,
-                mode=mode,
-                live=live,
-                n=n,
-                reset=reset,
-                check=check,
-                traces=traces or None,
-                out=out,
-                verify=not no_verify,
-                canary=canary,
-                on_divergence=on_divergence,
-                match_on=dict.fromkeys(relax, ("boundary", "occurrence")) or None,
-                on_progress=lambda done, total: progress.update(task, completed=done, total=total),
-            )
-        except TailcutError as exc:
-            raise click.ClickException(str(exc)) from None
-    if fmt == "json":
-        click.echo(json.dumps(report_dict(report, strict=strict), indent=2))
-    elif fmt == "csv":
-        click.echo(report_csv(report), nl=False)
+        report = run_replay(
+            corpus,
+            agent,
+            mode=mode,
+            live=live,
+            n=n,
+            reset=reset,
+            check=check,
+            traces=traces or None,
+            out=out,
+            verify=not no_verify,
+            canary=canary,
+            on_divergence=on_divergence,
+            match_on=dict.fromkeys(relax, ("boundary", "occurrence")) or None,
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+    if fmt != "table":
+        emit(fmt, report_dict(report, strict=strict), report_rows(report), columns=CSV_COLUMNS)
     else:
         for line in report.summary_lines():
             click.echo(line)
@@ -160,9 +158,7 @@ def replay(
 
 
 @click.command()
-@click.option(
-    "--data", "data_dir", required=True, metavar="DIR", help="The data dir the incidents were recorded in."
-)
+@data_option("The data dir the incidents were recorded in.")
 @click.option(
     "--incident",
     "incidents",
@@ -216,17 +212,8 @@ def replay(
     metavar="USD",
     help="Refuse to start when the live model calls are estimated above this (or cannot be priced).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table: lines for a reader; json: one object with stable keys.",
-)
-@click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=str), help="Write one row per rerun to this Parquet."
-)
+@format_option("table: lines for a reader; json: one object with stable keys.", ("table", "json"))
+@out_option("Write one row per rerun to this Parquet.", type=click.Path(dir_okay=False, path_type=str))
 def validate(
     data_dir: str,
     incidents: tuple[str, ...],

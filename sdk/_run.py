@@ -93,11 +93,26 @@ class Run:
 
     Examples
     --------
-    ::
+    The run is the root of the trace; each ``@tailcut.tool`` call inside it is a child span
+    (:func:`tailcut.testing.capture_spans` stands in for :func:`tailcut.init` here):
 
-        with tailcut.run("support-agent", input={"ticket": 42}, prompt_version="v7") as run:
-            answer = agent(42)
-            run.set_outcome("pass", score=0.92)
+    >>> import tailcut
+    >>> from tailcut.testing import capture_spans
+    >>> @tailcut.tool
+    ... def lookup(ticket: int) -> dict:
+    ...     return {"ticket": ticket, "status": "refunded"}
+    >>> with capture_spans() as spans:
+    ...     with tailcut.run("support-agent", input={"ticket": 42}, prompt_version="v7") as run:
+    ...         answer = lookup(42)
+    ...         run.set_output(answer)
+    ...         run.set_outcome("pass", score=0.92)
+    >>> root = spans.root()
+    >>> root.name, root.attributes["tailcut.run.input"], root.attributes["tailcut.outcome"]
+    ('support-agent', '{"ticket":42}', 'pass')
+    >>> root.attributes["tailcut.outcome.score"], root.attributes["tailcut.trace.tool_calls"]
+    (0.92, 1)
+    >>> [span.parent.span_id == root.context.span_id for span in spans.by_kind("tool")]
+    [True]
     """
 
     def __init__(

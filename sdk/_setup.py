@@ -134,6 +134,25 @@ def init(
     ------
     ConfigError
         For an invalid argument (unknown protocol, missing certificate file, ...).
+
+    Examples
+    --------
+    Usually ``tailcut.init(service_name="weather-agent", endpoint="http://127.0.0.1:4318")`` sends the
+    spans to ``tailcut collect``; here an in-process exporter writes them into a data dir instead:
+
+    >>> import tailcut
+    >>> from tailcut.exporters import ParquetSpanExporter
+    >>> provider = tailcut.init(service_name="weather-agent", exporter=ParquetSpanExporter("data"))
+    >>> @tailcut.tool
+    ... def lookup(city: str) -> str:
+    ...     return "sunny"
+    >>> with tailcut.run("weather", input={"city": "Paris"}) as run:
+    ...     run.set_output(lookup("Paris"))
+    >>> tailcut.shutdown()  # runs at exit by itself; here, to read the data dir now
+
+    >>> from tailcut.analysis import Dataset
+    >>> Dataset("data").sql("SELECT service_name, root_name, span_count, tool_calls FROM traces").rows()
+    [('weather-agent', 'weather', 2, 1)]
     """
     global _processor, _provider
     with _init_lock:

@@ -10,11 +10,11 @@ propagates with its traceback.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
 import click
 
+from tailcut._cli_options import format_option
 from tailcut._version import __version__
 from tailcut.errors import MissingDependencyError, TailcutError
 
@@ -35,17 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ui": ("tailcut.ui.cli:ui", "Browse traces, spans, findings and replays in a local web viewer."),
 }
 
-
-def format_option(help_text: str) -> Callable[[Any], Any]:
-    """``--format table|json|csv`` (the ``fmt`` parameter): one flag for every command that reports."""
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["table", "json", "csv"]),
-        default="table",
-        show_default=True,
-        help=help_text,
-    )
+__all__ = ["COMMANDS", "LazyGroup", "cli", "format_option"]
 
 
 class LazyGroup(click.Group):

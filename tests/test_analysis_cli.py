@@ -12,8 +12,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tailcut.analysis import Dataset, NoDataError, QueryError, compare_results
+from tailcut.analysis import (
+    DataReadError,
+    Dataset,
+    NoDataError,
+    QueryError,
+    UnreachableDataError,
+    build_report,
+    compare_results,
+    select_corpus,
+)
 from tailcut.cli import cli
 from tailcut.exporters import schema
 from tests.analysis_support import fleet_data, read_table, tail_sample
@@ -109,13 +120,65 @@ def test_a_damaged_parquet_file_is_one_line_naming_it(sampled, tmp_path, damage,
     data, victim = _damaged_copy(sampled, tmp_path, damage)
     extra = ["--out", str(tmp_path / "corpus")] if command[0] == "select" else []
     result = run(*command, "--data", data, *extra)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "Traceback" not in result.output
     (line,) = result.output.strip().splitlines()
     assert line.startswith("Error: cannot read the data dir: ")
     assert victim in line
     assert "move it out of the data dir" in line
     assert not (tmp_path / "corpus").exists()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda raw: raw[: len(raw) // 3], id="truncated"),
+        pytest.param(
+            lambda raw: raw[:8] + bytes(b ^ 0x5A for b in raw[8:-8]) + raw[-8:], id="scrambled-inside"
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "use",
+    [
+        pytest.param(lambda d, tmp: Dataset(d).sql("SELECT sum(duration_ms) FROM spans"), id="sql"),
+        pytest.param(lambda d, tmp: Dataset(d).classify(), id="classify"),
+        pytest.param(lambda d, tmp: build_report(Dataset(d)), id="build_report"),
+        pytest.param(lambda d, tmp: select_corpus(Dataset(d), tmp / "corpus", baseline=3), id="select"),
+    ],
+)
+def test_python_users_get_a_data_read_error_naming_the_damaged_file(sampled, tmp_path, damage, use):
+    """Not DuckDB's error: the Dataset maps it, whichever public function ran the query."""
+    data, victim = _damaged_copy(sampled, tmp_path, damage)
+    with pytest.raises(DataReadError) as caught:
+        use(data, tmp_path)
+    assert victim in str(caught.value) and "move it out of the data dir" in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_a_query_reading_a_file_outside_the_data_dir_is_the_querys_error(sampled, tmp_path):
+    elsewhere = tmp_path / "nope.parquet"
+    with pytest.raises(QueryError, match="No files found") as caught:
+        Dataset(sampled).sql(f"SELECT * FROM read_parquet('{elsewhere}')")
+    assert not isinstance(caught.value, DataReadError)
+    with pytest.raises(QueryError, match="boom"):
+        Dataset(sampled).sql("SELECT error('boom')")
+
+
+def test_an_unreachable_bucket_says_so(monkeypatch):
+    """A closed loopback port: the listing fails, and the error says the bucket could not be listed."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(UnreachableDataError, match=r"unreachable/data: cannot reach the object store \("):
+        Dataset("s3://unreachable/data")
 
 
 def test_query_errors_carry_duckdbs_message_and_position(sampled):
@@ -164,11 +227,11 @@ def test_sql_formats(sampled, tmp_path):
 
 def test_sql_errors_are_one_line_without_traceback(sampled, tmp_path):
     bad = run("sql", "SELECT * FORM spans", "--data", str(sampled))
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2
     assert bad.output.strip() == 'Error: Parser Error: syntax error at or near "spans" (at line 1, column 15)'
     missing = run("sql", "SELECT 1", "--data", str(tmp_path / "nowhere"))
     assert (
-        missing.exit_code == 1 and "no such data dir" in missing.output and "Traceback" not in missing.output
+        missing.exit_code == 2 and "no such data dir" in missing.output and "Traceback" not in missing.output
     )
     no_out = run("sql", QUERY, "--data", str(sampled), "--format", "parquet")
     assert no_out.exit_code == 2 and "--out" in no_out.output
@@ -202,7 +265,7 @@ def test_tree_text_and_json(fleet, sampled):
     assert [c["kind"] for c in root["children"]][:3] == ["memory", "retriever", "llm"]
     assert as_json["trace"]["kept"] is True
     unknown = run("tree", "f" * 32, "--data", str(sampled))
-    assert unknown.exit_code == 1 and f"no trace {'f' * 32}" in unknown.output
+    assert unknown.exit_code == 2 and f"no trace {'f' * 32}" in unknown.output
 
 
 def test_tree_of_a_dropped_trace_says_sampling_dropped_it_and_shows_its_decision(sampled):
@@ -231,7 +294,7 @@ def test_classify_prints_a_summary_and_writes_findings(sampled, tmp_path):
     strict = run("classify", "--data", str(sampled), "--loop-min-repeats", "9", "--show", "0")
     assert "tool_loop" not in strict.output
     refused = run("classify", "--data", str(sampled), "--loop-min-repeats", "1")
-    assert refused.exit_code == 1 and "loop_min_repeats must be at least 2" in refused.output
+    assert refused.exit_code == 2 and "loop_min_repeats must be at least 2" in refused.output
 
 
 def test_report_terminal_and_html(sampled, tmp_path):
@@ -253,6 +316,83 @@ def test_report_terminal_and_html(sampled, tmp_path):
     assert "silent_degradation" in page
 
 
+class _Page:
+    """What a person sees of an HTML page: headings, link (href, text) pairs, text, and the raw tags."""
+
+    def __init__(self, document: str) -> None:
+        from html.parser import HTMLParser
+
+        self.headings: list[tuple[str, str]] = []
+        self.links: list[tuple[str, str]] = []
+        self.title = ""
+        self.text: list[str] = []
+        self.tags: list[str] = []
+        page = self
+
+        class Parser(HTMLParser):
+            open: str | None = None
+            href: str | None = None
+
+            def handle_starttag(self, tag, attrs):
+                page.tags.append(tag)
+                self.open = tag
+                self.href = dict(attrs).get("href") if tag == "a" else self.href
+
+            def handle_data(self, data):
+                page.text.append(data)
+                if self.open in ("h1", "h2"):
+                    page.headings.append((self.open, data))
+                elif self.open == "title":
+                    page.title += data
+                elif self.open == "a":
+                    page.links.append((self.href, data))
+
+            def handle_endtag(self, tag):
+                self.open = None
+
+        Parser().feed(document)
+
+
+def test_the_html_report_comes_from_templates_with_the_content_it_had(sampled, tmp_path):
+    """The Jinja2 templates give what the f-strings gave: the same title, headings, plots and viewer
+    links (addresses and texts as the old code formatted them), every value escaped."""
+    import dataclasses
+
+    from tailcut.analysis._report import CountRow
+
+    report = build_report(Dataset(sampled))
+    hostile = dataclasses.replace(
+        report,
+        location="<b>data</b> & co",
+        incidents=[("error", "a" * 32, "b" * 16, "tool:<x>"), ("error", "c" * 32, None, "llm:o")],
+        boundaries=[CountRow("tool:'q'<x>", 2, 2.0), CountRow("(trace)", 1, 1.0)],
+    )
+    page = _Page(hostile.write_html(tmp_path / "r.html", ui_url="http://127.0.0.1:8765/").read_text())
+    assert page.title == "tailcut report: <b>data</b> & co"  # the text, as written: escaped in the file
+    assert "b" not in page.tags and "x" not in page.tags
+    assert page.headings == [
+        ("h1", "tailcut report"),
+        ("h2", "Tables"),
+        ("h2", "Tokens and latency: tail-kept vs baseline slice"),
+        ("h2", "Failure-category rates with 95% intervals"),
+        ("h2", "Decisions over time"),
+        ("h2", "In the trace viewer"),
+    ]
+    assert page.tags.count("svg") == 3 and "script" not in page.tags
+    assert any(t.startswith("<b>data</b> & co; generated ") and t.endswith(" UTC") for t in page.text)
+    assert "decisions by reason" in "".join(page.text)  # the rich tables, exported
+    base = "http://127.0.0.1:8765"
+    assert page.links == [
+        (f"{base}/", base),
+        (f"{base}/?category=error", "error"),
+        (f"{base}/traces/{'a' * 32}?span={'b' * 16}", "aaaaaaaaaaaa… (tool:<x>)"),
+        (f"{base}/traces/{'c' * 32}", "cccccccccccc… (llm:o)"),
+        (f"{base}/?boundary=tool%3A%27q%27%3Cx%3E", "tool:'q'<x>"),
+    ]
+    plain = _Page(report.write_html(tmp_path / "plain.html").read_text())
+    assert plain.headings[-1] == ("h2", "Decisions over time") and plain.links == []
+
+
 # --- tailcut compare ---------------------------------------------------------------------------------------
 
 
@@ -261,7 +401,7 @@ def test_compare_by_column(sampled):
     assert result.exit_code == 0, result.output
     assert "schema_drift" in result.output and "baseline slice" in result.output and " pp [" in result.output
     wrong = run("compare", "--data", str(sampled), "--by", "harness_revision", "v1", "v9")
-    assert wrong.exit_code == 1 and "values present: v1, v2" in wrong.output
+    assert wrong.exit_code == 2 and "values present: v1, v2" in wrong.output
     usage = run("compare", "--data", str(sampled), "--by", "harness_revision", "v1")
     assert usage.exit_code == 2
 
@@ -284,7 +424,7 @@ def test_compare_windows(sampled):
     backwards = run(
         "compare", "--data", str(sampled), "--window", later.isoformat(), start.isoformat(), *args[3:]
     )
-    assert backwards.exit_code == 1 and "ends before it starts" in backwards.output
+    assert backwards.exit_code == 2 and "ends before it starts" in backwards.output
 
 
 def results_file(path, outcomes: dict[str, tuple[bool, list[bool]]], revision: str) -> str:
@@ -336,9 +476,9 @@ def test_compare_results_refuses_bad_files(tmp_path):
     pq.write_table(pa.table({"x": [1]}), tmp_path / "other.parquet")
     good = results_file(tmp_path / "a.parquet", {"0" * 32: (True, [True])}, "v1")
     result = run("compare", "--results", good, str(tmp_path / "other.parquet"))
-    assert result.exit_code == 1 and "not a replay-results file" in result.output
+    assert result.exit_code == 2 and "not a replay-results file" in result.output
     result = run("compare", "--results", good, str(tmp_path / "missing.parquet"))
-    assert result.exit_code == 1 and "no such replay-results file" in result.output
+    assert result.exit_code == 2 and "no such replay-results file" in result.output
 
 
 # --- tailcut select ----------------------------------------------------------------------------------------
@@ -386,9 +526,9 @@ def test_select_is_reproducible_from_the_seed(sampled, tmp_path):
 
 def test_select_errors(sampled, tmp_path):
     bad = run("select", "--data", str(sampled), "--category", "nope", "--out", str(tmp_path / "c"))
-    assert bad.exit_code == 1 and "unknown category 'nope'" in bad.output
+    assert bad.exit_code == 2 and "unknown category 'nope'" in bad.output
     where = run("select", "--data", str(sampled), "--where", "nosuch > 1", "--out", str(tmp_path / "c"))
-    assert where.exit_code == 1 and "Binder Error" in where.output
+    assert where.exit_code == 2 and "Binder Error" in where.output
     assert not (tmp_path / "c").exists()
 
 
@@ -420,3 +560,150 @@ def test_a_column_of_estimates_states_a_shared_denominator_once():
     mixed = _estimate_column([a, stats.proportion(9, 300, sample="baseline slice")])
     assert mixed.header == ""
     assert mixed.cell(a, "-") == "3.0% [1.0%, 8.5%] (n=100, baseline slice)"
+
+
+# --- the exit-code rule (issue 29): 0 ran, 1 a --fail-on verdict fired, 2 could not run --------------------
+
+
+def _could_not_run(result, reason: str, *, as_json: bool) -> None:
+    """Exit 2, one ``Error:`` line on stderr naming ``reason``; with JSON, ``{"error": ...}`` on stdout."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert reason in result.stderr.strip().splitlines()[-1]
+    if as_json:
+        assert reason in json.loads(result.stdout)["error"]
+    else:
+        assert result.stdout == ""
+
+
+COMMANDS_ON_DATA = [
+    pytest.param(["sql", "SELECT 1"], id="sql"),
+    pytest.param(["classify"], id="classify"),
+    pytest.param(["report"], id="report"),
+    pytest.param(["select", "--out", "corpus"], id="select"),
+    pytest.param(["compare", "--by", "harness_revision", "v1", "v2"], id="compare"),
+]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+@pytest.mark.parametrize("command", COMMANDS_ON_DATA)
+def test_a_missing_data_dir_exits_2_with_one_line(command, as_json, tmp_path):
+    fmt = ["--format", "json"] if as_json else []
+    result = run(*command, "--data", str(tmp_path / "nowhere"), *fmt)
+    _could_not_run(result, "no such data dir", as_json=as_json)
+
+
+@pytest.mark.parametrize("command", COMMANDS_ON_DATA)
+def test_an_empty_data_dir_and_a_bad_option_exit_2_with_json_on_stdout(command, tmp_path):
+    (tmp_path / "empty" / "spans").mkdir(parents=True)
+    empty = run(*command, "--data", str(tmp_path / "empty"), "--format", "json")
+    _could_not_run(empty, "no Parquet files under spans/ or traces/", as_json=True)
+    usage = run(*command, "--data", str(tmp_path / "empty"), "--format", "json", "--no-such-option")
+    assert usage.exit_code == 2
+    assert json.loads(usage.stdout)["error"] == "No such option '--no-such-option'."
+    assert "Error: No such option '--no-such-option'." in usage.stderr
+
+
+def test_bad_sql_and_an_unknown_group_exit_2(sampled):
+    bad = run("sql", "SELECT * FORM spans", "--data", str(sampled), "--format", "json")
+    _could_not_run(bad, 'Parser Error: syntax error at or near "spans"', as_json=True)
+    unknown = ["compare", "--data", str(sampled), "--by", "harness_revision", "v1", "v9", "--format", "json"]
+    _could_not_run(run(*unknown), "values present: v1, v2", as_json=True)
+    _could_not_run(run(*unknown[:-2]), "values present: v1, v2", as_json=False)
+
+
+def test_tree_and_replay_follow_the_rule(sampled, tmp_path):
+    tree = run("tree", "f" * 32, "--data", str(sampled), "--json")
+    _could_not_run(tree, f"no trace {'f' * 32}", as_json=True)
+    replay = run(
+        "replay", str(tmp_path / "no-corpus"), "--agent", "tests.loop_agent:main", "--format", "json"
+    )
+    assert replay.exit_code == 2 and "Traceback" not in replay.output
+    assert json.loads(replay.stdout)["error"] == replay.stderr.strip().removeprefix("Error: ")
+
+
+def test_every_reporting_command_states_the_rule_in_its_help():
+    for command in ("sql", "tree", "classify", "report", "compare", "select"):
+        text = " ".join(run(command, "--help").output.split())
+        assert "Exit status: 0 success (no --fail-on verdict fired); 1 a --fail-on verdict fired; 2" in text
+        assert '--format json stdout gets {"error": "..."}' in text
+    replay = " ".join(run("replay", "--help").output.split())
+    assert "2 the replay could not run" in replay and "3 no trace of the corpus could be replayed" in replay
+
+
+# --- piped output (issue 31): a table is never cut to 80 columns when stdout is not a terminal ------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["classify"], id="classify"),
+        pytest.param(["report"], id="report"),
+        pytest.param(["compare", "--by", "harness_revision", "v1", "v2"], id="compare"),
+    ],
+)
+def test_piped_tables_are_not_cut(sampled, command):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "tailcut", *command, "--data", str(sampled)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    assert "silent_degradation" in result.stdout and "schema_violation" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) > 80  # it did need the room
+
+
+def test_the_shared_options_keep_one_name_destination_and_default():
+    """--data, --format and --out mean the same in every command (declared once, tailcut._cli_options)."""
+    from tailcut.cli import COMMANDS
+    from tailcut.cli import cli as group
+
+    seen: dict[str, set[tuple[object, ...]]] = {"--data": set(), "--format": set(), "--out": set()}
+    for name in COMMANDS:
+        command = group.get_command(None, name)  # type: ignore[arg-type]
+        for param in command.params:
+            for flag in set(param.opts) & set(seen):
+                default = None if name == "demo" or str(param.default) == "Sentinel.UNSET" else param.default
+                seen[flag].add((param.name, default))
+    assert seen["--data"] <= {("data_dir", None), ("data", None)}  # collect's own parameter name
+    assert seen["--format"] == {("fmt", "table")}
+    assert seen["--out"] == {("out", None)}
+
+
+# --- select_corpus's parts --------------------------------------------------------------------------------
+
+
+@given(
+    strata=st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=5),
+    baseline=st.integers(min_value=0, max_value=60),
+    seed=st.integers(min_value=0, max_value=3),
+    data=st.data(),
+)
+def test_the_stratified_sample_is_proportional_seeded_and_order_free(strata, baseline, seed, data):
+    from tailcut.analysis._select import _stratified_sample
+
+    rows = [
+        {"trace_id": f"{s:02x}{i:030x}", "baseline": True, "stratum": f"s{s}", "inclusion_probability": 0.1}
+        for s, n in enumerate(strata)
+        for i in range(n)
+    ] + [{"trace_id": "f" * 32, "baseline": False, "stratum": "s0", "inclusion_probability": 1.0}]
+    sample = _stratified_sample(rows, baseline, seed)
+    available = sum(strata)
+    assert len(sample.sampled) == min(baseline, available)
+    assert "f" * 32 not in sample.sampled  # only the baseline slice is sampled
+    for name, counts in sample.strata.items():
+        share = counts["available"] * min(baseline, available) / available
+        assert abs(counts["selected"] - share) < 1 and counts["selected"] <= counts["available"]
+        chosen = [t for t, (stratum, _) in sample.sampled.items() if stratum == name]
+        assert len(chosen) == counts["selected"]
+        assert all(sample.sampled[t][1] == counts["selected"] / counts["available"] for t in chosen)
+    shuffled = data.draw(st.permutations(rows))
+    assert _stratified_sample(shuffled, baseline, seed) == sample

@@ -313,4 +313,4 @@ def test_compare_plan_prints_traces_per_group(revisions):
         assert row["traces_per_group"] <= record["baseline_slice_traces_per_group"]
     bad = run("compare", "--plan", "0.05", "x")
     assert bad.exit_code == 2 and "DELTA 'x' is not a number" in bad.output
-    assert run("compare", "--plan", "0.05", "0").exit_code == 1
+    assert run("compare", "--plan", "0.05", "0").exit_code == 2

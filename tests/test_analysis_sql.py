@@ -36,7 +36,7 @@ def data(tmp_path) -> Path:
 
 def test_errors_keep_duckdbs_hints_on_one_line(data):
     table = run("sql", "SELECT * FROM trace", "--data", str(data))
-    assert table.exit_code == 1
+    assert table.exit_code == 2
     assert 'Table with name trace does not exist! Did you mean "traces"?' in table.output
     column = run("sql", "SELECT tracid FROM traces", "--data", str(data))
     assert 'Candidate bindings: "trace_id"' in column.output
@@ -54,9 +54,9 @@ def test_dot_commands_run_as_one_shot_queries(data):
     terminal = run("sql", ".schema findings", "--data", str(data))
     assert "category" in terminal.output and "VARCHAR" in terminal.output
     missing = run("sql", ".schema", "--data", str(data))
-    assert missing.exit_code == 1 and ".schema needs a view name" in missing.output
+    assert missing.exit_code == 2 and ".schema needs a view name" in missing.output
     shell_only = run("sql", ".quit", "--data", str(data))
-    assert shell_only.exit_code == 1 and "works in the shell only" in shell_only.output
+    assert shell_only.exit_code == 2 and "works in the shell only" in shell_only.output
 
 
 def test_outputs_keep_nanoseconds(data, tmp_path):

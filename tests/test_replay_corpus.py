@@ -201,7 +201,7 @@ def test_the_replay_command_refuses_a_modified_corpus_in_one_line(corpus):
     envelopes.write_bytes(bytes(data))
     args = ["replay", str(corpus), "--agent", "tests.test_replay_corpus:agent"]
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == (
         "Error: corpus refused: envelopes.parquet does not match its sha256 in manifest.json; "
         "re-run tailcut export-corpus\n"

@@ -198,6 +198,6 @@ def test_a_live_boundary_the_corpus_does_not_have_is_refused(incident):
     result = CliRunner().invoke(
         cli, ["replay", str(corpus.path), "--agent", "tailcut.demo.fleet:agent_v2", *typo]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.startswith("Error: live boundary router:refund_gaurd is in no run of the corpus")
     assert "Traceback" not in result.output

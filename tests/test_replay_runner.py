@@ -16,7 +16,7 @@ from tailcut.cli import cli
 from tailcut.exporters import schema
 from tailcut.exporters.corpus import Selection, write_corpus
 from tailcut.interceptor import active_interceptor
-from tailcut.replay import _output as replay_output
+from tailcut.replay import _records as replay_output
 from tests.replay_support import record_corpus
 
 CALLS: list[str] = []
@@ -367,7 +367,7 @@ def test_bad_options_get_a_one_line_error(corpus, args, message):
     if "--agent" not in args:
         base += ["--agent", "tests.test_replay_runner:shop"]
     result = CliRunner().invoke(cli, [*base, *args])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
 

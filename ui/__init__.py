@@ -8,13 +8,30 @@ fetched at run time.
 
 Examples
 --------
-::
+A data dir of one run (see :class:`tailcut.analysis.Dataset` for how one is made):
 
-    import uvicorn
-    from tailcut.ui import Viewer, create_app
+>>> import tailcut
+>>> from tailcut.exporters import ParquetSpanExporter
+>>> from tailcut.testing import capture_spans
+>>> with capture_spans() as spans:
+...     with tailcut.run("weather", input={"city": "Paris"}):
+...         pass
+>>> exporter = ParquetSpanExporter("data")
+>>> exporter.export(spans).name
+'SUCCESS'
+>>> exporter.shutdown()
 
-    viewer = Viewer("data", results=["replay-cut-v2.parquet"])
-    uvicorn.run(create_app(viewer), host="127.0.0.1", port=8765)
+The viewer is a Starlette app: serve it with ``uvicorn.run(create_app(viewer), host="127.0.0.1",
+port=8765)`` (what ``tailcut ui --data data`` does), or ask it directly:
+
+>>> from starlette.testclient import TestClient
+>>> from tailcut.ui import Viewer, create_app
+>>> viewer = Viewer("data")
+>>> with TestClient(create_app(viewer)) as client:
+...     page = client.get("/")
+...     tree = client.get(f"/traces/{spans.trace_id}")
+>>> page.status_code, "weather" in page.text, tree.status_code
+(200, True, 200)
 """
 
 from tailcut.ui._app import create_app

@@ -8,10 +8,9 @@ the Parquet files on every request.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,7 +82,7 @@ class Viewer:
 
         self.dataset: Dataset = Dataset(data)
         self._lock = threading.Lock()
-        with self._reading():
+        with self.dataset.reading():
             ensure_findings(self.dataset)
         self.results: list[ResultsFile] = [load_results(path) for path in results]
         self.corpus_runs: dict[str, CorpusRun] = _corpus_runs(corpora)
@@ -92,24 +91,10 @@ class Viewer:
         self.facets = self._facets()
         self._recorded = self._recorded_spans()
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[None]:
-        """Turn DuckDB's error for a damaged data-dir file into a one-line ``DataReadError``."""
-        import duckdb
-
-        from tailcut.analysis._errors import data_read_error, is_data_read_error
-
-        try:
-            yield
-        except duckdb.Error as exc:
-            if not is_data_read_error(exc):
-                raise
-            raise data_read_error(exc, self.dataset.location) from None
-
     # --- queries -------------------------------------------------------------------------------------------
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Run one query under the lock and return its rows as dicts."""
-        with self._lock, self._reading():
+        with self._lock, self.dataset.reading():
             cursor = self.dataset.connection.execute(sql, dict(params or {}))
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

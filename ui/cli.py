@@ -12,6 +12,8 @@ from typing import Final
 
 import click
 
+from tailcut._cli_options import data_option
+
 #: Environment variable holding the viewer's token (default: none; required beyond loopback).
 TOKEN_ENV: Final = "TAILCUT_UI_TOKEN"
 
@@ -34,7 +36,7 @@ def _url(host: str, port: int, token: str | None) -> str:
 
 
 @click.command()
-@click.option("--data", "data_dir", required=True, metavar="DIR", help="The data dir to show.")
+@data_option("The data dir to show.")
 @click.option(
     "--corpus",
     "corpora",

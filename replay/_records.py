@@ -1,4 +1,5 @@
-"""A replay report as JSON or CSV with stable keys, and the exit status ``tailcut replay`` ends with.
+"""A replay report as records with stable keys (for JSON and CSV), and the exit status ``tailcut replay``
+ends with. :mod:`tailcut.analysis._output` prints them, as it prints every command's result.
 
 JSON (``tailcut replay --format json``) is one object:
 
@@ -25,13 +26,11 @@ Each trace: ``trace_id``, ``label`` (its category, ``baseline`` or empty), ``mod
 ``bit_stable``, ``not_live``, ``first_divergence`` (text or null) and ``unwrapped`` (third-party tool
 crossings that ran live because the agent's tool is not wrapped for replay).
 
-CSV (``--format csv``) has one row per trace with the columns :data:`CSV_COLUMNS`.
+CSV (``--format csv``) has one row per trace (:func:`report_rows`) with the columns :data:`CSV_COLUMNS`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any, Final
 
 from tailcut.replay._runner import ReplayReport, TraceSummary
@@ -133,19 +132,11 @@ def report_dict(report: ReplayReport, *, strict: bool = True) -> dict[str, Any]:
     }
 
 
-def report_csv(report: ReplayReport) -> str:
-    """One CSV row per replayed trace (:data:`CSV_COLUMNS`)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+def report_rows(report: ReplayReport) -> list[dict[str, Any]]:
+    """One CSV row per replayed trace (:data:`CSV_COLUMNS` of each)."""
+    rows = []
     for summary in report.traces():
         row = _trace(summary)
         row["pass_low"], row["pass_high"] = summary.low, summary.high
-        writer.writerow([_cell(row[column]) for column in CSV_COLUMNS])
-    return buffer.getvalue()
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else value
+        rows.append({column: row[column] for column in CSV_COLUMNS})
+    return rows
