@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import struct
 import zlib
 from collections.abc import Iterator
 from typing import Any, Final
@@ -41,8 +40,6 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-
-from tailcut.exporters._varint import encode_varint, read_varint
 
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
@@ -168,64 +165,6 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message], ty
 #: ``FactsRequest`` frames it the same way with every span a :data:`SpanFacts` (all facts in one parse);
 #: ``SpanTraceState`` reads a span's ``trace_state`` alone.
 FramedRequest, SpanFacts, FactsRequest, SpanTraceState = _build_lazy_types()
-
-
-# --- AnyValue bytes ---------------------------------------------------------------------------------------
-_STRING_TAG: Final = 0x0A  # AnyValue.string_value, field 1, length-delimited
-_BOOL_TAG: Final = 0x10  # field 2, varint
-_INT_TAG: Final = 0x18  # field 3, varint
-_DOUBLE_TAG: Final = 0x21  # field 4, fixed64
-_DOUBLE: Final = struct.Struct("<d")
-
-
-def any_value(raw: bytes) -> Any:
-    """Decode an encoded ``AnyValue`` holding a string, bool, int or double (else None).
-
-    These four kinds cover everything policies and signals read; arrays, maps and bytes return None.
-    """
-    if not raw:
-        return None
-    tag = raw[0]
-    if tag == _STRING_TAG:
-        if len(raw) > 1 and raw[1] < 0x80:  # a one-byte length: most strings
-            return raw[2 : 2 + raw[1]].decode("utf-8", "replace")
-        length, start = read_varint(raw, 1)
-        return raw[start : start + length].decode("utf-8", "replace")
-    if tag == _INT_TAG:
-        if len(raw) == 2 and raw[1] < 0x80:  # a one-byte varint: 0 to 127
-            return raw[1]
-        value, _ = read_varint(raw, 1)
-        return value - (1 << 64) if value >= 1 << 63 else value
-    if tag == _DOUBLE_TAG and len(raw) >= 9:
-        return _DOUBLE.unpack_from(raw, 1)[0]
-    if tag == _BOOL_TAG and len(raw) >= 2:
-        return raw[1] != 0 if raw[1] < 0x80 else read_varint(raw, 1)[0] != 0  # a padded varint: read it
-    return None
-
-
-def any_int(raw: bytes | None) -> int:
-    """An integer attribute's value (0 when absent or not an integer); a double is truncated."""
-    if not raw:
-        return 0
-    if raw[0] == _INT_TAG:
-        size = len(raw)
-        if size == 2:  # the varint's length decides the value's range; short ones are unrolled
-            return raw[1]
-        if size == 3:
-            return (raw[1] & 0x7F) | raw[2] << 7
-        if size == 4:
-            return (raw[1] & 0x7F) | (raw[2] & 0x7F) << 7 | raw[3] << 14
-        value, _ = read_varint(raw, 1)
-        return value - (1 << 64) if value >= 1 << 63 else value
-    if raw[0] == _DOUBLE_TAG and len(raw) >= 9:
-        return int(_DOUBLE.unpack_from(raw, 1)[0])
-    return 0
-
-
-def encode_string_value(text: str) -> bytes:
-    """The encoded ``AnyValue`` of a string (to compare raw attribute values without decoding them)."""
-    data = text.encode()
-    return bytes((_STRING_TAG,)) + encode_varint(len(data)) + data
 
 
 # --- request bodies -----------------------------------------------------------------------------------------

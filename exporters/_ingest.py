@@ -30,8 +30,8 @@ from tailcut.exporters._otlp_json import json_records
 from tailcut.exporters._payloads import copy_payloads, data_dir_store
 from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
-from tailcut.exporters._wire import decode_resource_spans
 from tailcut.exporters._writer import DataDirWriter
+from tailcut.exporters.wire.columns import decode_resource_spans
 from tailcut.payloads import PayloadStore
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from tailcut.exporters._batch import ResourceInfo, SpanEvent, SpanLink, SpanRecord
 from tailcut.exporters._errors import BadOtlpInput
-from tailcut.exporters._wire import SPAN_KINDS, STATUS_CODES
+from tailcut.exporters.wire.columns import SPAN_KINDS, STATUS_CODES
 
 _KIND_NAMES: Final = {f"SPAN_KIND_{name}": name for name in SPAN_KINDS[1:]} | {
     "SPAN_KIND_UNSPECIFIED": "INTERNAL"
