@@ -451,61 +451,39 @@ def _scan(data: bytes, start: int, end: int, what: str) -> tuple[np.ndarray, np.
 
     Used for the few containers with many fields (a ``ScopeSpans`` holds thousands of spans), where the
     lockstep walk of :func:`fields` would take one step per span. The loop runs once per field, so it
-    does the least it can: for the common field (a one-byte tag and a length of one or two bytes) it
-    records only where the field starts, and the numbers and bounds of all those are read afterwards
-    with array arithmetic; any other field is read in full by :func:`_skip_field`.
+    does the least it can: a one-byte tag of a length-delimited field (every field of these messages, in
+    practice) is checked in place and only its length is read; any other field is read in full.
     """
-    heads: list[int] = []  # where each common field's tag is
-    add = heads.append
-    rare: list[tuple[int, int, int, int]] = []  # (index among the fields, number, start, end)
+    found: list[int] = []  # number, start and end of each length-delimited field, flat
+    add = found.append
     pos = start
     try:
         while pos < end:
-            if data[pos] & 0x87 == 2:  # a one-byte tag of a length-delimited field
-                byte = data[pos + 1]
-                if byte < 0x80:
-                    add(pos)
-                    pos += 2 + byte
+            tag = data[pos]
+            if tag & 0x87 == 2:  # a one-byte tag of a length-delimited field
+                length, field_start = read_varint(data, pos + 1)
+            else:  # a long tag, or another wire type
+                tag, pos = read_varint(data, pos)
+                wire = tag & 7
+                if wire == 0:
+                    pos = read_varint(data, pos)[1]
                     continue
-                second = data[pos + 2]
-                if second < 0x80:
-                    add(pos)
-                    pos += 3 + (byte & 0x7F | second << 7)
+                if wire in (1, 5):
+                    pos += 8 if wire == 1 else 4
                     continue
-            # A long tag or length, or another wire type: the general path.
-            pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
+                if wire != 2:
+                    raise BadOtlpInput(f"{what} is not valid protobuf (wire type {wire} at byte {pos})")
+                length, field_start = read_varint(data, pos)
+            pos = field_start + length
+            add(tag >> 3)
+            add(field_start)
+            add(pos)
     except IndexError:
         raise BadOtlpInput(f"{what} is not valid protobuf (truncated)") from None
     if pos != end:
         raise BadOtlpInput(f"{what} is not valid protobuf (a field runs past its end)")
-    at = np.array(heads, dtype=np.int64)
-    raw = np.frombuffer(data, dtype=np.uint8)
-    first, second = raw[at + 1].astype(np.int64), raw[at + 2].astype(np.int64)
-    long = first >= 0x80
-    starts = at + 2 + long
-    lengths = np.where(long, (first & 0x7F) | second << 7, first)
-    bounds = (raw[at].astype(np.int64) >> 3, starts, starts + lengths)
-    if rare:
-        index = [r[0] for r in rare]
-        bounds = tuple(np.insert(column, index, [r[k] for r in rare]) for k, column in enumerate(bounds, 1))
-    number, field_start, field_end = bounds
+    number, field_start, field_end = np.array(found, dtype=np.int64).reshape(-1, 3).T
     return number, field_start, field_end
-
-
-def _skip_field(data: bytes, pos: int, add: Callable[[tuple[int, int, int]], None], what: str) -> int:
-    """Read the field at ``pos`` (recording it if length-delimited); return the position after it."""
-
-    tag, pos = read_varint(data, pos)
-    wire = tag & 7
-    if wire == 0:
-        return read_varint(data, pos)[1]
-    if wire in (1, 5):
-        return pos + (8 if wire == 1 else 4)
-    if wire == 2:
-        length, pos = read_varint(data, pos)
-        add((tag >> 3, pos, pos + length))
-        return pos + length
-    raise BadOtlpInput(f"{what} is not valid protobuf (wire type {wire} at byte {pos})")
 
 
 def _split(
