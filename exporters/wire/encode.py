@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
 from tailcut.exporters.wire.varint import encode_varint
 
@@ -49,12 +49,14 @@ def encode_attributes(values: Mapping[str, Any]) -> bytes:
     """``values`` as encoded ``Span.attributes`` fields, ready to append to a span's bytes."""
     out = bytearray()
     for key, value in values.items():
-        encoded = KeyValue(key=key, value=_any_value(value)).SerializeToString()
+        encoded = KeyValue(key=key, value=any_value_message(value)).SerializeToString()
         out += ATTRIBUTES_TAG + encode_varint(len(encoded)) + encoded
     return bytes(out)
 
 
-def _any_value(value: Any) -> AnyValue:
+def any_value_message(value: Any) -> AnyValue:
+    """A Python value as an ``AnyValue`` message: bool, int, float, lists (arrays), mappings (key-value
+    lists), None (empty); anything else as its string."""
     if isinstance(value, bool):
         return AnyValue(bool_value=value)
     if isinstance(value, int):
@@ -62,5 +64,10 @@ def _any_value(value: Any) -> AnyValue:
     if isinstance(value, float):
         return AnyValue(double_value=value)
     if isinstance(value, list | tuple):
-        return AnyValue(array_value=ArrayValue(values=[_any_value(v) for v in value]))
+        return AnyValue(array_value=ArrayValue(values=[any_value_message(v) for v in value]))
+    if isinstance(value, Mapping):
+        items = [KeyValue(key=str(k), value=any_value_message(v)) for k, v in value.items()]
+        return AnyValue(kvlist_value=KeyValueList(values=items))
+    if value is None:
+        return AnyValue()
     return AnyValue(string_value=str(value))
