@@ -38,7 +38,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 
 from tailcut.exporters import DataDirWriter, normalize_otlp
-from tailcut.exporters._varint import encode_varint
+from tailcut.exporters.wire.varint import encode_varint
 
 WORDS = [
     "refund",

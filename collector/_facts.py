@@ -15,11 +15,11 @@ from hashlib import blake2b
 from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
-from tailcut.collector._otlp import any_int, any_value, encode_string_value
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters._signals import ID_KEYS, trace_cost
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
+from tailcut.exporters.wire.values import any_int, any_value, encode_string_value
 
 ERROR_STATUS: Final = 2
 #: Kinds by the encoded ``AnyValue`` of their ``tailcut.kind``.

@@ -30,10 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tailcut.collector._decide import TraceDecision
-from tailcut.collector._encode import request_of
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._rows import TraceRow
 from tailcut.exporters._location import location
+from tailcut.exporters.wire.encode import request_of
 
 SPANS: Final = 1
 DECIDED: Final = 2

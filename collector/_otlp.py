@@ -28,21 +28,18 @@ overload is ``RESOURCE_EXHAUSTED`` with a ``google.rpc.RetryInfo`` detail.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import struct
 import zlib
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Final
 
-import orjson
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from tailcut.exporters._varint import encode_varint, read_varint
+from tailcut.exporters._errors import BadOtlpInput
+from tailcut.exporters.wire.otlp_json import json_request, loads
 
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
@@ -170,64 +167,6 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message], ty
 FramedRequest, SpanFacts, FactsRequest, SpanTraceState = _build_lazy_types()
 
 
-# --- AnyValue bytes ---------------------------------------------------------------------------------------
-_STRING_TAG: Final = 0x0A  # AnyValue.string_value, field 1, length-delimited
-_BOOL_TAG: Final = 0x10  # field 2, varint
-_INT_TAG: Final = 0x18  # field 3, varint
-_DOUBLE_TAG: Final = 0x21  # field 4, fixed64
-_DOUBLE: Final = struct.Struct("<d")
-
-
-def any_value(raw: bytes) -> Any:
-    """Decode an encoded ``AnyValue`` holding a string, bool, int or double (else None).
-
-    These four kinds cover everything policies and signals read; arrays, maps and bytes return None.
-    """
-    if not raw:
-        return None
-    tag = raw[0]
-    if tag == _STRING_TAG:
-        if len(raw) > 1 and raw[1] < 0x80:  # a one-byte length: most strings
-            return raw[2 : 2 + raw[1]].decode("utf-8", "replace")
-        length, start = read_varint(raw, 1)
-        return raw[start : start + length].decode("utf-8", "replace")
-    if tag == _INT_TAG:
-        if len(raw) == 2 and raw[1] < 0x80:  # a one-byte varint: 0 to 127
-            return raw[1]
-        value, _ = read_varint(raw, 1)
-        return value - (1 << 64) if value >= 1 << 63 else value
-    if tag == _DOUBLE_TAG and len(raw) >= 9:
-        return _DOUBLE.unpack_from(raw, 1)[0]
-    if tag == _BOOL_TAG and len(raw) >= 2:
-        return raw[1] != 0 if raw[1] < 0x80 else read_varint(raw, 1)[0] != 0  # a padded varint: read it
-    return None
-
-
-def any_int(raw: bytes | None) -> int:
-    """An integer attribute's value (0 when absent or not an integer); a double is truncated."""
-    if not raw:
-        return 0
-    if raw[0] == _INT_TAG:
-        size = len(raw)
-        if size == 2:  # the varint's length decides the value's range; short ones are unrolled
-            return raw[1]
-        if size == 3:
-            return (raw[1] & 0x7F) | raw[2] << 7
-        if size == 4:
-            return (raw[1] & 0x7F) | (raw[2] & 0x7F) << 7 | raw[3] << 14
-        value, _ = read_varint(raw, 1)
-        return value - (1 << 64) if value >= 1 << 63 else value
-    if raw[0] == _DOUBLE_TAG and len(raw) >= 9:
-        return int(_DOUBLE.unpack_from(raw, 1)[0])
-    return 0
-
-
-def encode_string_value(text: str) -> bytes:
-    """The encoded ``AnyValue`` of a string (to compare raw attribute values without decoding them)."""
-    data = text.encode()
-    return bytes((_STRING_TAG,)) + encode_varint(len(data)) + data
-
-
 # --- request bodies -----------------------------------------------------------------------------------------
 def content_kind(content_type: str) -> str:
     """``PROTOBUF`` or ``JSON`` for a ``Content-Type`` header value, else raise 415."""
@@ -273,66 +212,13 @@ def decompress(body: bytes | bytearray, encoding: str, limit: int) -> bytes | by
     return b"".join(parts)
 
 
-_ID_FIELDS: Final = {
-    "traceId": 16,
-    "trace_id": 16,
-    "spanId": 8,
-    "span_id": 8,
-    "parentSpanId": 8,
-    "parent_span_id": 8,
-}
-
-
 def json_to_protobuf(body: bytes | bytearray) -> bytes:
-    """An OTLP/JSON request re-encoded as protobuf, so both encodings share one ingest path.
-
-    OTLP/JSON writes trace and span ids as hex (not protobuf-JSON's base64); they are converted before
-    ``json_format`` parses the rest. Unknown fields are ignored, as the specification requires.
-    """
+    """An OTLP/JSON request re-encoded as protobuf (by :mod:`tailcut.exporters.wire.otlp_json`, the one
+    JSON reader), so both encodings share one ingest path; a malformed one raises 400."""
     try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(f"malformed JSON body: {exc}") from None
-    if not isinstance(document, dict):
-        raise bad_request("malformed JSON body: expected an object with resourceSpans")
-    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
-        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
-            for span in _list(scope_spans, "spans"):
-                _hex_ids_to_base64(span)
-                for link in _list(span, "links"):
-                    _hex_ids_to_base64(link)
-    request = trace_service_pb2.ExportTraceServiceRequest()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise bad_request(f"malformed OTLP/JSON body: {exc}") from None
-    return request.SerializeToString()
-
-
-def _list(container: Any, *keys: str) -> list[Any]:
-    if not isinstance(container, dict):
-        return []
-    for key in keys:
-        value = container.get(key)
-        if isinstance(value, list):
-            return value
-    return []
-
-
-def _hex_ids_to_base64(item: Any) -> None:
-    if not isinstance(item, dict):
-        return
-    for key, size in _ID_FIELDS.items():
-        value = item.get(key)
-        if not isinstance(value, str) or not value:
-            continue
-        try:
-            raw = binascii.unhexlify(value)
-        except (binascii.Error, ValueError):
-            raise bad_request(f"malformed OTLP/JSON body: {key} {value!r} is not hex") from None
-        if len(raw) != size:
-            raise bad_request(f"malformed OTLP/JSON body: {key} {value!r} is not {size} bytes of hex")
-        item[key] = base64.b64encode(raw).decode()
+        return json_request(loads(body, "JSON body"), where="OTLP/JSON body")
+    except BadOtlpInput as exc:
+        raise bad_request(f"malformed {exc}") from None
 
 
 _VALIDATE = trace_service_pb2.ExportTraceServiceRequest.FromString

@@ -65,7 +65,7 @@ from tailcut.collector._journal import (
     spans_record,
 )
 from tailcut.collector._metrics import TS, CollectorMetrics
-from tailcut.collector._otlp import OtlpError, any_value, overloaded, request_spans
+from tailcut.collector._otlp import OtlpError, overloaded, request_spans
 from tailcut.collector._receivers import IngestResult
 from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import SIGNAL_READERS, tally_of
@@ -73,6 +73,7 @@ from tailcut.collector._sink import KeptSpans, RawSpan, Sink
 from tailcut.collector._votes import TraceView
 from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
 from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters.wire.values import any_value
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}

@@ -30,12 +30,10 @@ from typing import Any, Final, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 import tenacity
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 
 from tailcut import attributes as attr
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import TraceDecision
-from tailcut.collector._encode import SPAN_TAG, encode_request, field
 from tailcut.collector._errors import CollectorError
 from tailcut.collector._forward import ForwardQueue, make_forwarder
 from tailcut.collector._headsampling import forwarded_tracestate
@@ -49,10 +47,10 @@ from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
 from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._location import is_remote, location
-from tailcut.exporters._varint import encode_varint
+from tailcut.exporters.wire.encode import SPAN_TAG, encode_attributes, encode_request, field
+from tailcut.exporters.wire.varint import encode_varint
 
 _logger = logging.getLogger("tailcut.collector")
-_ATTRIBUTES_TAG = b"\x4a"  # Span.attributes: field 9, length-delimited
 #: Seconds kept spans and rows accumulate before being normalised and written (batches cost less per row).
 FLUSH_INTERVAL = 0.25
 #: Spans that trigger a write before the interval passes.
@@ -596,27 +594,6 @@ def _sampling_attributes(policies: tuple[str, ...], probability: float, baseline
             attr.SAMPLING_BASELINE: baseline,
         }
     )
-
-
-def encode_attributes(values: Mapping[str, Any]) -> bytes:
-    """``values`` as encoded ``Span.attributes`` fields, ready to append to a span's bytes."""
-    out = bytearray()
-    for key, value in values.items():
-        encoded = KeyValue(key=key, value=_any_value(value)).SerializeToString()
-        out += _ATTRIBUTES_TAG + encode_varint(len(encoded)) + encoded
-    return bytes(out)
-
-
-def _any_value(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, list | tuple):
-        return AnyValue(array_value=ArrayValue(values=[_any_value(v) for v in value]))
-    return AnyValue(string_value=str(value))
 
 
 def _shift_positions(table: pa.Table, bases: Mapping[str, int]) -> pa.Table:

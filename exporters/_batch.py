@@ -3,8 +3,8 @@
 Per-span fields are plain lists; attributes are one long table of (span, key, typed value) rows, so the
 normaliser can pick columns out of them with array operations instead of a Python loop per attribute
 (decoding a dozen attributes one by one costs more than writing the span to Parquet). The OTLP protobuf
-decoder fills the attribute table straight from the wire bytes (``_wire``); the other inputs come as
-:class:`SpanRecord` objects through :meth:`DecodedSpans.from_records`.
+decoder fills the attribute table straight from the wire bytes (:mod:`tailcut.exporters.wire.columns`); the
+other inputs come as :class:`SpanRecord` objects through :meth:`DecodedSpans.from_records`.
 """
 
 from __future__ import annotations

@@ -21,18 +21,18 @@ from typing import Final
 import orjson
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
-from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, TracesData
 
 from tailcut.exporters._batch import DecodedSpans
 from tailcut.exporters._errors import BadOtlpInput
 from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._normalize import normalize
-from tailcut.exporters._otlp_json import json_records
 from tailcut.exporters._payloads import copy_payloads, data_dir_store
 from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
-from tailcut.exporters._wire import decode_resource_spans
 from tailcut.exporters._writer import DataDirWriter
+from tailcut.exporters.wire.columns import decode_resource_spans
+from tailcut.exporters.wire.otlp_json import json_request
 from tailcut.payloads import PayloadStore
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
@@ -52,7 +52,12 @@ class IngestReport:
 
 
 def _decode_json(text: bytes, name: str, skip: Callable[[str], None] | None) -> DecodedSpans:
-    """One OTLP/JSON document, or JSON lines (a document a line, as the Collector's file exporter writes)."""
+    """One OTLP/JSON document, or JSON lines (a document a line, as the Collector's file exporter writes).
+
+    Each document becomes an encoded request (:func:`~tailcut.exporters.wire.otlp_json.json_request`, the
+    one JSON reader); the requests of all lines, joined, are one request (protobuf concatenates repeated
+    fields), decoded as a protobuf file is.
+    """
     try:
         document = orjson.loads(text)
     except orjson.JSONDecodeError as whole:
@@ -64,13 +69,13 @@ def _decode_json(text: bytes, name: str, skip: Callable[[str], None] | None) -> 
             raise BadOtlpInput(
                 f"{name}: invalid JSON at line {whole.lineno}, column {whole.colno}: {whole.msg}"
             ) from None
-        records = []
+        requests = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             where = f"{name}, line {number}"
             try:
-                records.extend(json_records(orjson.loads(line), where=where, on_bad_span=skip))
+                requests.append(_json_request(orjson.loads(line), where, skip))
             except orjson.JSONDecodeError as exc:
                 problem = f"{where}: invalid JSON at column {exc.colno}: {exc.msg}"
                 if skip is None:
@@ -80,8 +85,27 @@ def _decode_json(text: bytes, name: str, skip: Callable[[str], None] | None) -> 
                 if skip is None:
                     raise
                 skip(str(exc))
-        return DecodedSpans.from_records(records)
-    return DecodedSpans.from_records(json_records(document, where=name, on_bad_span=skip))
+        request = b"".join(requests)
+    else:
+        request = _json_request(document, name, skip)
+    return _decoded(request, name, skip)
+
+
+def _json_request(document: object, where: str, skip: Callable[[str], None] | None) -> bytes:
+    if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
+        raise BadOtlpInput(f"{where}: not OTLP/JSON (expected an object with a resourceSpans list)")
+    return json_request(document, where=where, on_bad_span=skip)
+
+
+def _decoded(
+    spans: bytes | Sequence[ResourceSpans], name: str, skip: Callable[[str], None] | None
+) -> DecodedSpans:
+    """The column decoder's spans, each problem named by the file (raised, or skipped with ``skip``)."""
+    on_bad_span = None if skip is None else lambda problem: skip(f"{name}: {problem}")
+    try:
+        return decode_resource_spans(spans, on_bad_span=on_bad_span)
+    except BadOtlpInput as exc:
+        raise BadOtlpInput(f"{name}: {exc}") from None
 
 
 def _decode_protobuf(data: bytes, name: str, skip: Callable[[str], None] | None) -> DecodedSpans:
@@ -92,15 +116,7 @@ def _decode_protobuf(data: bytes, name: str, skip: Callable[[str], None] | None)
         raise BadOtlpInput(f"{name}: not OTLP (neither OTLP/JSON nor OTLP protobuf: {exc})") from None
     if len(UnknownFieldSet(message)) or not message.resource_spans:
         raise BadOtlpInput(f"{name}: not OTLP (neither OTLP/JSON nor OTLP protobuf with resource spans)")
-
-    def named(problem: str) -> None:
-        assert skip is not None
-        skip(f"{name}: {problem}")
-
-    try:
-        return decode_resource_spans(message.resource_spans, on_bad_span=named if skip else None)
-    except BadOtlpInput as exc:
-        raise BadOtlpInput(f"{name}: {exc}") from None
+    return _decoded(message.resource_spans, name, skip)
 
 
 def read_otlp_file(

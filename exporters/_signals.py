@@ -21,7 +21,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut import attributes as attr
 from tailcut.exporters._pricing import default_pricing
-from tailcut.exporters._wire import any_value
 from tailcut.exporters.conventions import names as n
 from tailcut.exporters.conventions.mapping import (
     COLUMN_SOURCES,
@@ -33,6 +32,7 @@ from tailcut.exporters.conventions.mapping import (
 )
 from tailcut.exporters.conventions.messages import tool_request_sha256
 from tailcut.exporters.schema import DECISION_REASONS
+from tailcut.exporters.wire.values import python_value
 from tailcut.signals import SpanSignals, is_nested_call, trace_signals
 
 _STATUS_ERROR: Final = 2  # OTLP Status.code
@@ -425,7 +425,7 @@ def facts_from_otlp(span: Span, resource_service_name: str | None) -> SpanFacts:
     resource_service_name
         ``service.name`` of the resource it came with.
     """
-    values = {kv.key: any_value(kv.value) for kv in span.attributes if kv.key in FACT_KEYS}
+    values = {kv.key: python_value(kv.value) for kv in span.attributes if kv.key in FACT_KEYS}
     return _facts(
         span.trace_id.hex(),
         span.span_id.hex(),

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from tailcut.exporters._normalize import normalize
 from tailcut.exporters._sdk import decode_sdk_spans
-from tailcut.exporters._wire import decode_resource_spans
+from tailcut.exporters.wire.columns import decode_resource_spans
 
 
 def normalize_otlp(

@@ -7,6 +7,11 @@ Targets:
     with ``ExportTraceServiceRequest.FromString`` as the oracle (accepted exactly when it accepts, with
     the same spans); raw inputs and edits of a valid request. Any other exception, or a
     disagreement, is a crash.
+``json``
+    Documents through the one OTLP/JSON reader (``tailcut.exporters.wire.otlp_json``) both ways it is
+    used: whole (the collector) and with bad spans left out (``ingest --skip-bad``). A crash is an
+    exception other than ``BadOtlpInput``, a message of more than one line, or a request the runtime
+    refuses.
 ``http``
     Byte streams, cut into pieces the input chooses, into the OTLP/HTTP server's connection protocol
     (h11 underneath, the real receiver and limits above, decoding as in ``otlp``), in process. A
@@ -18,6 +23,7 @@ valid requests ``seeds`` writes)::
 
     python fuzz/fuzz_collector.py seeds corpus
     python fuzz/fuzz_collector.py otlp -max_total_time=300 corpus/otlp
+    python fuzz/fuzz_collector.py json -max_total_time=300 corpus/json
     python fuzz/fuzz_collector.py http -max_total_time=300 corpus/http
 
 The bounded, always-on part of the same campaign is ``tests/test_fuzz_otlp.py`` and
@@ -45,6 +51,8 @@ from tailcut.collector._http import _Connection
 from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._otlp import OtlpError, decompress, json_to_protobuf
 from tailcut.collector._receivers import IngestResult, OtlpHttpReceiver
+from tailcut.exporters import BadOtlpInput
+from tailcut.exporters.wire.otlp_json import json_request, loads
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for the shared oracle
 from tests.otlp_oracle import oracle_facts, span_facts
@@ -104,6 +112,29 @@ def fuzz_otlp(data: bytes) -> None:
         raise AssertionError("decompressed past the limit")
     if check_decoding(body) is None and mode == 3:
         raise AssertionError("OTLP/JSON converted into a body the runtime refuses")
+
+
+def fuzz_json(data: bytes) -> None:
+    try:
+        document = loads(data, "input")
+    except BadOtlpInput as error:
+        _one_line(error)
+        return
+    problems: list[str] = []
+    for on_bad_span in (None, problems.append):
+        try:
+            encoded = json_request(document, on_bad_span=on_bad_span)
+        except BadOtlpInput as error:
+            _one_line(error)
+            continue
+        ExportTraceServiceRequest.FromString(encoded)  # raises (a crash) if the runtime refuses it
+    for problem in problems:
+        _one_line(problem)
+
+
+def _one_line(message: object) -> None:
+    if "\n" in str(message):
+        raise AssertionError(f"an error message of several lines: {message!r}")
 
 
 class _Transport(asyncio.Transport):
@@ -167,7 +198,7 @@ def fuzz_http(data: bytes) -> None:
         raise AssertionError("a connection in an error state was left open")
 
 
-TARGETS = {"otlp": fuzz_otlp, "http": fuzz_http}
+TARGETS = {"otlp": fuzz_otlp, "json": fuzz_json, "http": fuzz_http}
 
 
 def _request() -> ExportTraceServiceRequest:
@@ -191,7 +222,7 @@ _VALID = _request().SerializeToString()
 
 
 def write_seeds(directory: Path) -> None:
-    """Valid inputs for both targets: OTLP protobuf (plain, gzip, deflate), OTLP/JSON, HTTP requests."""
+    """Valid inputs for every target: OTLP protobuf (plain, gzip, deflate), OTLP/JSON, HTTP requests."""
     request = _request()
     body = request.SerializeToString()
     document = json_format.MessageToDict(request)
@@ -217,7 +248,12 @@ def write_seeds(directory: Path) -> None:
         + b"GET /healthz HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n",
         "continue": head + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
     }
-    for target, seeds in (("otlp", otlp), ("http", {k: b"\x00" + v for k, v in http.items()})):
+    targets = {
+        "otlp": otlp,
+        "json": {"request": otlp["json"][1:]},
+        "http": {k: b"\x00" + v for k, v in http.items()},
+    }
+    for target, seeds in targets.items():
         (directory / target).mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():
             (directory / target / name).write_bytes(data)

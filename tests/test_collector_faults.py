@@ -25,7 +25,7 @@ import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tailcut.exporters._varint import encode_varint
+from tailcut.exporters.wire.varint import encode_varint
 from tests.test_collector_helpers import (
     export_request,
     post,

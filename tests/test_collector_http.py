@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 
 import pytest
 
 from tailcut.collector._http import HttpServer, Limits, text_response
 from tests.http_support import HEAD, exchange, healthy, statuses
+from tests.polling import wait_until
 from tests.test_collector_helpers import KEEP_ERRORS, export_request, simple_trace, start_collector, trace_ids
 
 BODY = export_request(simple_trace(trace_ids(1, seed=21)[0]))
@@ -175,8 +175,10 @@ def test_close_cuts_connections_that_stall_mid_request():
     stalled[1].sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")  # mid-body
     # stalled[2] is an idle keep-alive connection
     try:
-        while len(server.connections) < 3 or sum(c.idle() for c in list(server.connections)) > 1:
-            time.sleep(0.01)
+        wait_until(
+            lambda: len(server.connections) >= 3 and sum(c.idle() for c in list(server.connections)) <= 1,
+            "the three connections, two of them mid-request",
+        )
         stop(server, loop, thread)
         for connection in stalled:  # closed by the server (the stalled ones cut), no response
             try:

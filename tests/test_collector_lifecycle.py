@@ -21,6 +21,7 @@ from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._otlp import OtlpError
 from tailcut.collector._processor import Processor
 from tailcut.collector._sink import Sink
+from tests.polling import wait_until
 from tests.test_collector_helpers import (
     KEEP_ERRORS,
     export_request,
@@ -77,8 +78,7 @@ def test_root_end_waits_for_the_grace_then_decides(tmp_path):
     try:
         (trace_id,) = trace_ids(1, seed=3)
         *children, root = simple_trace(trace_id)
-        post(collector.ports.http, export_request([root]))
-        time.sleep(0.1)
+        post(collector.ports.http, export_request([root]))  # answered once the root is received
         post(collector.ports.http, export_request(children))  # a straggler inside the grace joins the trace
         assert collector.wait_idle(5)
         assert collector.processor.counts["traces"] == 1
@@ -103,7 +103,8 @@ def test_late_spans_after_the_window_follow_the_decision_cache(tmp_path, cache):
             collector.ports.http, export_request(simple_trace(kept_id, error=True) + simple_trace(dropped_id))
         )
         assert collector.wait_idle(5)
-        time.sleep(0.3)  # both rows are written; only the caches remember the decisions now
+        # both rows are written once the late-span window closes; only the caches remember the decisions then
+        wait_until(lambda: not collector.processor.open_rows, "the late-span windows to close")
         late = [
             span(kept_id, b"\x07" * 8, kept_id[:8], name="late"),
             span(dropped_id, b"\x07" * 8, dropped_id[:8], name="late"),

@@ -11,10 +11,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tailcut.collector._facts import model_pricer, root_facts
-from tailcut.collector._otlp import SpanFacts, any_value
+from tailcut.collector._otlp import SpanFacts
 from tailcut.collector._signals import tally_of
 from tailcut.exporters import compute_signals as reference_signals
 from tailcut.exporters import facts_from_otlp
+from tailcut.exporters.wire.values import any_value
 from tests.test_exporters_wire import encoded_any_value
 
 TRACE_ID = bytes(range(1, 17))

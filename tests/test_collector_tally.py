@@ -21,12 +21,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from tailcut.collector._config import parse_config
 from tailcut.collector._facts import model_pricer
 from tailcut.collector._metrics import CollectorMetrics
-from tailcut.collector._otlp import encode_string_value
 from tailcut.collector._processor import Processor
 from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import _walked_tree_shape, scratch_signals, tally_of, tree_shape
 from tailcut.collector._sink import Sink
 from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters.wire.values import encode_string_value
 from tests.test_collector_helpers import write_config
 from tests.test_collector_signals import kv
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
@@ -26,7 +26,8 @@ from tailcut.exporters import (
 )
 from tailcut.exporters._batch import DecodedSpans, SpanRecord
 from tailcut.exporters._normalize import normalize
-from tailcut.exporters._otlp_json import json_records
+from tailcut.exporters.wire.encode import any_value_message
+from tests.otlp_oracle import json_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "otlp"
 
@@ -220,24 +221,6 @@ def test_anthropic_sdk_span_inside_a_tailcut_llm_span_is_not_a_second_call() -> 
 
 
 # --- the protobuf decoder agrees with the Python one -----------------------------------------------------
-def _any(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, list):
-        return AnyValue(array_value=ArrayValue(values=[_any(v) for v in value]))
-    if isinstance(value, dict):
-        return AnyValue(
-            kvlist_value=KeyValueList(values=[KeyValue(key=k, value=_any(v)) for k, v in value.items()])
-        )
-    if value is None:
-        return AnyValue()
-    return AnyValue(string_value=value)
-
-
 def to_protobuf(records: list[SpanRecord]) -> list[ResourceSpans]:
     """The same spans as OTLP protobuf, one ResourceSpans per record's resource."""
     out: dict[int, ResourceSpans] = {}
@@ -246,7 +229,9 @@ def to_protobuf(records: list[SpanRecord]) -> list[ResourceSpans]:
         message = out.get(id(r.resource))
         if message is None:
             resource = Resource(
-                attributes=[KeyValue(key=k, value=_any(v)) for k, v in r.resource.attributes.items()]
+                attributes=[
+                    KeyValue(key=k, value=any_value_message(v)) for k, v in r.resource.attributes.items()
+                ]
             )
             message = out[id(r.resource)] = ResourceSpans(resource=resource)
         scope = scopes.get((id(r.resource), r.scope_name))
@@ -261,14 +246,14 @@ def to_protobuf(records: list[SpanRecord]) -> list[ResourceSpans]:
             kind=["INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"].index(r.span_kind) + 1,
             start_time_unix_nano=r.start_ns,
             end_time_unix_nano=r.end_ns,
-            attributes=[KeyValue(key=k, value=_any(v)) for k, v in r.attributes.items()],
+            attributes=[KeyValue(key=k, value=any_value_message(v)) for k, v in r.attributes.items()],
             status=Status(code=["UNSET", "OK", "ERROR"].index(r.status_code), message=r.status_message or ""),
         )
         for e in r.events:
             span.events.add(
                 name=e.name,
                 time_unix_nano=e.time_ns,
-                attributes=[KeyValue(key=k, value=_any(v)) for k, v in e.attributes.items()],
+                attributes=[KeyValue(key=k, value=any_value_message(v)) for k, v in e.attributes.items()],
             )
         scope.spans.append(span)
     return list(out.values())

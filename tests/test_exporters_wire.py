@@ -8,19 +8,21 @@ readers meet layouts the runtime never writes but a client may send.
 from __future__ import annotations
 
 import contextlib
+import math
 import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut.exporters._batch import BOOL, FLOAT, INT, STR
 from tailcut.exporters._errors import BadOtlpInput
-from tailcut.exporters._varint import encode_varint
-from tailcut.exporters._wire import _any_key_values, _common_key_values, any_value, decode_resource_spans
+from tailcut.exporters.wire.columns import _any_key_values, _common_key_values, _scan, decode_resource_spans
+from tailcut.exporters.wire.values import any_int, python_value
+from tailcut.exporters.wire.varint import encode_varint, read_varint
 
 
 def _varint(value: int, extra: int) -> bytes:
@@ -114,7 +116,7 @@ def test_attributes_decode_as_the_protobuf_runtime_decodes_them(attributes: list
     decoded = decode_resource_spans(_request(span)).attributes
     rows = np.arange(len(decoded))
     got = list(zip(decoded.key.to_pylist(), decoded.values(rows), strict=True))
-    assert got == [(key, any_value(value)) for key, value in expected]
+    assert got == [(key, python_value(value)) for key, value in expected]
 
 
 @pytest.mark.parametrize(
@@ -166,3 +168,70 @@ def test_payload_strings_and_long_integers_take_the_common_layout() -> None:
     strings = general.vtype == STR
     assert strings.sum() == 5
     assert np.array_equal(common.str_start[strings], general.str_start[strings])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 9), st.binary(max_size=3))
+def test_a_varint_reads_back_however_padded(value: int, extra: int, after: bytes) -> None:
+    """The one reader gives the value and the position after it, for minimal and padded encodings."""
+    encoded = _varint(value, extra)
+    assert read_varint(b"\x07" + encoded + after, 1) == (value, 1 + len(encoded))
+    assert AnyValue.FromString(b"\x18" + encoded).int_value == value - (value >= 2**63) * 2**64
+
+
+def test_a_varint_cut_short_raises_index_error() -> None:
+    with pytest.raises(IndexError):
+        read_varint(encode_varint(300)[:1], 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(encoded_any_value())
+@example(b"\x21" + struct.pack("<d", math.inf))
+@example(b"\x21" + struct.pack("<d", math.nan))
+def test_an_integer_attribute_reads_as_the_runtime_reads_it(raw: bytes) -> None:
+    """``any_int``: integers exactly (the small-value table and the varint reader agree), finite doubles
+    truncated, anything else (NaN and infinities too) 0."""
+    value = AnyValue.FromString(raw)
+    kind = value.WhichOneof("value")
+    expected = {"int_value": value.int_value, "double_value": None}.get(kind, 0)
+    if kind == "double_value":
+        expected = int(value.double_value) if math.isfinite(value.double_value) else 0
+    assert any_int(raw) == expected
+
+
+@st.composite
+def _any_field(draw: st.DrawFn) -> tuple[bytes, tuple[int, bytes] | None]:
+    """One encoded field of any wire type (tags and lengths possibly padded), and ``(number, payload)``
+    when it is length-delimited."""
+    number = draw(st.integers(1, 2**29 - 1) | st.integers(1, 15))
+    wire = draw(st.sampled_from([0, 1, 2, 5]))
+    tag = _varint(number << 3 | wire, draw(st.sampled_from([0, 0, 1])))
+    if wire == 0:
+        return tag + _varint(draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 2))), None
+    if wire in (1, 5):
+        return tag + bytes(8 if wire == 1 else 4), None
+    payload = draw(st.binary(max_size=300))
+    return tag + _varint(len(payload), draw(st.sampled_from([0, 0, 1, 3]))) + payload, (number, payload)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_any_field(), max_size=20), st.binary(max_size=4))
+def test_the_framing_scan_finds_every_length_delimited_field(
+    fields: list[tuple[bytes, tuple[int, bytes] | None]], around: bytes
+) -> None:
+    """``_scan`` (how the decoder finds the spans of a ``ScopeSpans``) lists the length-delimited fields
+    of a message in order, whatever their tags, lengths and the other fields between them."""
+    message = b"".join(encoded for encoded, _ in fields)
+    data = around + message + around
+    number, start, end = _scan(data, len(around), len(around) + len(message), "a message")
+    found = [(n, data[s:e]) for n, s, e in zip(number.tolist(), start.tolist(), end.tolist(), strict=True)]
+    assert found == [wanted for _, wanted in fields if wanted is not None]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5])
+def test_the_framing_scan_refuses_a_field_cut_short_or_of_an_unknown_wire_type(cut: int) -> None:
+    message = b"\x12\x05hello" + b"\x12" + _varint(300, 0) + b"x" * 300
+    with pytest.raises(BadOtlpInput, match="not valid protobuf"):
+        _scan(message, 0, len(message) - cut, "a message")
+    with pytest.raises(BadOtlpInput, match="wire type 3"):
+        _scan(b"\x0b\x00", 0, 2, "a message")

@@ -11,7 +11,6 @@ links, array and key-value-list values) are decoded by the protobuf runtime.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -19,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf.message import DecodeError, Message
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
@@ -38,7 +37,8 @@ from tailcut.exporters._batch import (
     wire_text,
 )
 from tailcut.exporters._errors import BadOtlpInput
-from tailcut.exporters._varint import read_varint
+from tailcut.exporters.wire.values import key_values, python_value
+from tailcut.exporters.wire.varint import read_varint
 
 SPAN_KINDS: Final = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # 0 = unspecified
 STATUS_CODES: Final = ("UNSET", "OK", "ERROR")
@@ -98,25 +98,6 @@ _SHAPE_TYPES, _SHAPE_LOW, _SHAPE_HIGH = _value_shapes()
 _SHAPE_VARINTS: Final = np.isin(np.arange(1 << 16) >> 8, [0x10, 0x18])
 
 
-def any_value(value: AnyValue) -> Any:
-    """An ``AnyValue`` as a Python value (key-value lists become dicts; bytes ``{"$bytes": base64}``)."""
-    which = value.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [any_value(v) for v in value.array_value.values]
-    if which == "kvlist_value":
-        return key_values(value.kvlist_value.values)
-    if which == "bytes_value":
-        return {"$bytes": base64.b64encode(value.bytes_value).decode("ascii")}
-    return getattr(value, which)
-
-
-def key_values(items: Iterable[KeyValue]) -> dict[str, Any]:
-    """Repeated ``KeyValue`` as a dict (a repeated key keeps its last value)."""
-    return {kv.key: any_value(kv.value) for kv in items}
-
-
 class Fields(NamedTuple):
     """The fields found in a set of messages: field ``j`` is field ``number[j]`` of message ``owner[j]``."""
 
@@ -135,7 +116,7 @@ class Fields(NamedTuple):
         return Fields(*(column[at] for column in self))
 
 
-def _varint(data: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def varints(data: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One varint at each position: ``(value, position after it, well formed)``.
 
     Values are int64 (a 10-byte varint of a negative int64 wraps to the right two's complement value).
@@ -173,7 +154,7 @@ def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> F
     pos = start[owner]
     limit = end[owner]
     while len(owner):
-        tag, pos, ok = _varint(data, pos, 5)
+        tag, pos, ok = varints(data, pos, 5)
         number = tag >> 3
         wire = tag & 7
         value = np.zeros(len(owner), dtype=np.int64)
@@ -181,12 +162,12 @@ def fields(data: np.ndarray, start: np.ndarray, end: np.ndarray, what: str) -> F
         field_end = pos + _FIXED_SIZES[wire]
         if (is_varint := wire == 0).any():
             at = _selection(is_varint)
-            value[at], field_end[at], good = _varint(data, pos[at], 10)
+            value[at], field_end[at], good = varints(data, pos[at], 10)
             ok[at] &= good
         if (is_bytes := wire == 2).any():
             at = _selection(is_bytes)
             field_start = pos.copy()
-            length, field_start[at], good = _varint(data, pos[at], 5)
+            length, field_start[at], good = varints(data, pos[at], 5)
             field_end[at] = field_start[at] + length
             ok[at] &= good
         ok &= _KNOWN_WIRE_TYPES[wire] & (number > 0) & (field_end <= limit)
@@ -292,11 +273,11 @@ def _common_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     vtype = _SHAPE_TYPES[shape]
     fits = framed & (first >= _SHAPE_LOW[shape]) & (first <= _SHAPE_HIGH[shape])
     ints = np.where((vtype == INT) | (vtype == BOOL), first.astype(np.int64), 0)
-    varints = np.flatnonzero(framed & (first >= 0x80) & _SHAPE_VARINTS[shape])
-    if len(varints):  # an integer of 128 or more (token counts): a varint of several bytes
-        number, after, good = _varint(data, value_start[varints] + 1, 10)
-        good &= after == end[varints]
-        at = varints[good]
+    long_ints = np.flatnonzero(framed & (first >= 0x80) & _SHAPE_VARINTS[shape])
+    if len(long_ints):  # an integer of 128 or more (token counts): a varint of several bytes
+        number, after, good = varints(data, value_start[long_ints] + 1, 10)
+        good &= after == end[long_ints]
+        at = long_ints[good]
         fits[at] = True
         vtype[at] = _TAG_TYPES[shape[at] >> 8]
         ints[at] = number[good]
@@ -327,11 +308,11 @@ def _any_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> _Ke
     """The parts of ``KeyValue`` messages in any valid layout the arrays can read (any varint lengths)."""
     count = len(start)
     ok = (end > start) & (data[start] == 0x0A)
-    key_length, key_start, good = _varint(data, start + 1, 3)
+    key_length, key_start, good = varints(data, start + 1, 3)
     ok &= good & (key_start + key_length <= end)
     key_end = np.minimum(key_start + key_length, end)  # a key running past its message is not read
     has_value = key_end < end
-    value_length, value_start, good = _varint(data, key_end + 1, 5)
+    value_length, value_start, good = varints(data, key_end + 1, 5)
     ok &= ~has_value | ((data[key_end] == 0x12) & good & (value_start + value_length == end))
     present = has_value & (value_length > 0)
     tag = np.where(ok & present, data[value_start], 0)
@@ -340,13 +321,13 @@ def _any_key_values(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> _Ke
     vtype[ok & ~present] = NONE
     str_start = np.zeros(count, dtype=np.int64)
     candidates = np.flatnonzero(tag == 0x0A)
-    length, after, good = _varint(data, value_start[candidates] + 1, 5)
+    length, after, good = varints(data, value_start[candidates] + 1, 5)
     fits = good & (after + length == end[candidates])
     vtype[candidates[fits]] = STR
     str_start[candidates[fits]] = after[fits]
     ints = np.zeros(count, dtype=np.int64)
     candidates = np.flatnonzero((tag == 0x18) | (tag == 0x10))
-    number, after, good = _varint(data, value_start[candidates] + 1, 10)
+    number, after, good = varints(data, value_start[candidates] + 1, 10)
     fits = good & (after == end[candidates])
     vtype[candidates[fits]] = np.where(tag[candidates[fits]] == 0x18, INT, BOOL)
     ints[candidates[fits]] = number[fits]
@@ -398,7 +379,7 @@ def _attributes(buffer: pa.Buffer, data: np.ndarray, kv: Fields) -> AttributeCol
                     raise BadOtlpInput(
                         f"attribute of span {int(kv.owner[row])} is not valid protobuf: {exc}"
                     ) from None
-                found = decoded[raw] = (parsed.key, any_value(parsed.value))
+                found = decoded[raw] = (parsed.key, python_value(parsed.value))
             code = codes.get(found[0])
             if code is None:
                 code = codes[found[0]] = len(dictionary)
@@ -470,61 +451,39 @@ def _scan(data: bytes, start: int, end: int, what: str) -> tuple[np.ndarray, np.
 
     Used for the few containers with many fields (a ``ScopeSpans`` holds thousands of spans), where the
     lockstep walk of :func:`fields` would take one step per span. The loop runs once per field, so it
-    does the least it can: for the common field (a one-byte tag and a length of one or two bytes) it
-    records only where the field starts, and the numbers and bounds of all those are read afterwards
-    with array arithmetic; any other field is read in full by :func:`_skip_field`.
+    does the least it can: a one-byte tag of a length-delimited field (every field of these messages, in
+    practice) is checked in place and only its length is read; any other field is read in full.
     """
-    heads: list[int] = []  # where each common field's tag is
-    add = heads.append
-    rare: list[tuple[int, int, int, int]] = []  # (index among the fields, number, start, end)
+    found: list[int] = []  # number, start and end of each length-delimited field, flat
+    add = found.append
     pos = start
     try:
         while pos < end:
-            if data[pos] & 0x87 == 2:  # a one-byte tag of a length-delimited field
-                byte = data[pos + 1]
-                if byte < 0x80:
-                    add(pos)
-                    pos += 2 + byte
+            tag = data[pos]
+            if tag & 0x87 == 2:  # a one-byte tag of a length-delimited field
+                length, field_start = read_varint(data, pos + 1)
+            else:  # a long tag, or another wire type
+                tag, pos = read_varint(data, pos)
+                wire = tag & 7
+                if wire == 0:
+                    pos = read_varint(data, pos)[1]
                     continue
-                second = data[pos + 2]
-                if second < 0x80:
-                    add(pos)
-                    pos += 3 + (byte & 0x7F | second << 7)
+                if wire in (1, 5):
+                    pos += 8 if wire == 1 else 4
                     continue
-            # A long tag or length, or another wire type: the general path.
-            pos = _skip_field(data, pos, lambda field: rare.append((len(heads), *field)), what)
+                if wire != 2:
+                    raise BadOtlpInput(f"{what} is not valid protobuf (wire type {wire} at byte {pos})")
+                length, field_start = read_varint(data, pos)
+            pos = field_start + length
+            add(tag >> 3)
+            add(field_start)
+            add(pos)
     except IndexError:
         raise BadOtlpInput(f"{what} is not valid protobuf (truncated)") from None
     if pos != end:
         raise BadOtlpInput(f"{what} is not valid protobuf (a field runs past its end)")
-    at = np.array(heads, dtype=np.int64)
-    raw = np.frombuffer(data, dtype=np.uint8)
-    first, second = raw[at + 1].astype(np.int64), raw[at + 2].astype(np.int64)
-    long = first >= 0x80
-    starts = at + 2 + long
-    lengths = np.where(long, (first & 0x7F) | second << 7, first)
-    bounds = (raw[at].astype(np.int64) >> 3, starts, starts + lengths)
-    if rare:
-        index = [r[0] for r in rare]
-        bounds = tuple(np.insert(column, index, [r[k] for r in rare]) for k, column in enumerate(bounds, 1))
-    number, field_start, field_end = bounds
+    number, field_start, field_end = np.array(found, dtype=np.int64).reshape(-1, 3).T
     return number, field_start, field_end
-
-
-def _skip_field(data: bytes, pos: int, add: Callable[[tuple[int, int, int]], None], what: str) -> int:
-    """Read the field at ``pos`` (recording it if length-delimited); return the position after it."""
-
-    tag, pos = read_varint(data, pos)
-    wire = tag & 7
-    if wire == 0:
-        return read_varint(data, pos)[1]
-    if wire in (1, 5):
-        return pos + (8 if wire == 1 else 4)
-    if wire == 2:
-        length, pos = read_varint(data, pos)
-        add((tag >> 3, pos, pos + length))
-        return pos + length
-    raise BadOtlpInput(f"{what} is not valid protobuf (wire type {wire} at byte {pos})")
 
 
 def _split(
