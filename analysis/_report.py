@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
+from tailcut._atomic import replacing
 from tailcut.analysis import stats
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
 from tailcut.analysis._power import POWER, detectable_difference
@@ -274,13 +275,8 @@ class Report:
             f"{self._viewer_links(ui_url) if ui_url else ''}</body></html>\n"
         )
         target = Path(path)
-        temporary = target.with_name(f".{target.name}.tmp")
-        try:
+        with replacing(target) as temporary:
             temporary.write_text(document, encoding="utf-8")
-            os.replace(temporary, target)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
         return target
 
     def _viewer_links(self, ui_url: str) -> str:
