@@ -1,13 +1,20 @@
-"""Canonical JSON: one text, and so one hash, per logical payload.
+"""Canonical JSON (RFC 8785, the JSON Canonicalization Scheme): one text, and one hash, per payload.
 
 A replay matches a live request to its record by hash, so the encoding must not depend on dict order,
-whitespace or how a value was built. ``canonical_json`` writes UTF-8 JSON with object keys sorted and no
-insignificant whitespace. Values that JSON has no type for are encoded by these rules:
+whitespace or how a value was built, and two different payloads must never share a text. The text is
+RFC 8785's: UTF-8, no insignificant whitespace, object keys sorted by their UTF-16 code units, strings
+escaped as RFC 8785 section 3.2.2.2 says (``\\b \\t \\n \\f \\r \\" \\\\`` short, other controls as
+``\\u00xx``, everything else as itself) and numbers written as ECMAScript writes them (``1.0`` as ``1``,
+``1e16`` as ``10000000000000000``, ``1e-7`` as ``1e-7``, ``-0.0`` as ``0``; :func:`number_text` tells
+the one exception, made so that no float shares a text with an integer). Object keys must be strings:
+``{1: "x", "1": "y"}`` has no faithful JSON text, so it is refused (:class:`NonStringKeyError` names
+the key and where it is) instead of being written with a duplicate key. Values that JSON has no type for
+are encoded by these rules:
 
 =========================================  ==================================================================
 Python value                               JSON
 =========================================  ==================================================================
-``dict`` (any key order)                   object, keys sorted; non-string keys become their ``str()``
+``dict`` (any key order)                   object, keys sorted; a non-string key is refused
 ``list``, ``tuple`` (namedtuples too)      array
 ``set``, ``frozenset``                     array, elements in the order of their canonical text
 dataclass instance                         object of its fields
@@ -18,23 +25,31 @@ pydantic model (``model_dump``)            ``model.model_dump(mode="json")``
 ``UUID``, ``pathlib.Path``                 string
 ``Enum`` member                            its ``value``, encoded by these same rules
 float NaN / ±Infinity                      ``null`` (JSON has no such numbers; the text stays valid JSON)
-integer beyond 64 bits                     exact integer
+integer beyond 64 bits                     exact integer (RFC 8785 would round it to a double)
+float from 2**53 whose digits are inexact  exponent form (RFC 8785 pads them with zeros: :func:`number_text`)
+string with a lone surrogate               the surrogate as ``\\udxxx`` (RFC 8785 refuses it)
 anything else                              :class:`CanonicalEncodingError` naming the type
 =========================================  ==================================================================
 
+The SDK records a payload whose dicts have non-string keys through :func:`tagged_keys` (each such dict
+becomes ``{"$map": [[key, value], ...]}``), so an agent's tool call is never refused a recording.
+
 The text is the payload as recorded; ``sha256_hex`` of it is the payload's identity (and its address in
-the payload store).
+the payload store). Payloads recorded before the numbers followed RFC 8785 keep their stored hashes
+(every stored hash is of stored bytes); a replay still matches them, on the request compared as JSON.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime as dt
 import decimal
 import enum
 import hashlib
 import json
 import pathlib
+import re
 import uuid
 from typing import Any, Final
 
@@ -43,12 +58,12 @@ import orjson
 from tailcut.errors import CanonicalEncodingError
 
 # Dataclasses pass through to `_encode_extra` because orjson does not sort their fields.
-_OPTIONS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_NON_STR_KEYS
-    | orjson.OPT_SERIALIZE_NUMPY
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
+_NATIVE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
+_OPTIONS = orjson.OPT_SORT_KEYS | _NATIVE
+
+
+class NonStringKeyError(CanonicalEncodingError):
+    """A dict to encode has a key that is not a string (JSON object keys are strings)."""
 
 
 def _encode_extra(value: Any) -> Any:
@@ -97,24 +112,146 @@ def canonical_bytes(value: Any) -> bytes:
 
     Raises
     ------
+    NonStringKeyError
+        If a dict in ``value`` has a key that is not a string (the message names it and its path).
     CanonicalEncodingError
-        If ``value`` holds something the rules above cannot encode.
+        If ``value`` holds something else the rules above cannot encode.
     """
     try:
-        return orjson.dumps(value, default=_encode_extra, option=_OPTIONS)
+        raw = orjson.dumps(value, default=_encode_extra, option=_OPTIONS)
     except orjson.JSONEncodeError as exc:
-        if "64-bit" in str(exc) or "surrogates" in str(exc):
+        message = str(exc)
+        if "64-bit" in message or "surrogates" in message or "Dict key" in message:
             return _canonical_bytes_slow(value)
-        raise CanonicalEncodingError(str(exc)) from None
+        raise CanonicalEncodingError(message) from None
     except Exception as exc:  # raised from inside a model_dump, for example
         raise CanonicalEncodingError(_describe(exc)) from None
+    if _ASTRAL.search(raw) is not None and _has_astral_key(raw):
+        return _canonical_bytes_slow(json.loads(raw))
+    return _ecmascript_numbers(raw)
+
+
+# --- numbers -----------------------------------------------------------------------------------------------
+#: orjson writes a float as the shortest digits that read back as it (as ECMAScript does) but in its own
+#: layout: ``1.0``, ``1e+16``, ``1e-6``. Only a number ending in ``.0`` or written with an exponent can
+#: differ from ECMAScript's; this finds one where a value may start (false hits inside a string only cost
+#: the exact rewrite below).
+_MAYBE_REWRITTEN: Final = re.compile(
+    rb"(?:^|(?<=[:,\[]))-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+|(?<=\.0))(?=[,\]}]|$)"
+)
+#: A JSON string or a number, for the exact rewrite (strings are skipped whole).
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.e+-]*', re.DOTALL)
+
+
+def _decimal(number: float) -> tuple[str, str, int]:
+    """``(sign, digits, point)`` with ``|number| = 0.<digits> × 10**point``, digits the shortest that
+    read back as ``number`` (Python's ``repr`` picks them as ECMAScript does), no zeros at either end."""
+    sign = "-" if number < 0 else ""
+    mantissa, _, exponent = repr(abs(number)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    point = len(whole) + int(exponent or 0) - (len(whole + fraction) - len(digits))
+    return sign, digits.rstrip("0"), point
+
+
+def _exponent_form(sign: str, digits: str, point: int) -> str:
+    power = point - 1
+    mantissa = digits if len(digits) == 1 else f"{digits[0]}.{digits[1:]}"
+    return f"{sign}{mantissa}e{'+' if power >= 0 else '-'}{abs(power)}"
+
+
+def ecmascript_number(number: float) -> str:
+    """A finite float as ECMAScript's ``Number.prototype.toString`` writes it (RFC 8785 section 3.2.2.3).
+
+    Examples
+    --------
+    >>> [ecmascript_number(x) for x in (1.0, -0.0, 1e21, 1e20, 1e-6, 1e-7, 123.456, 4.5e-300)]
+    ['1', '0', '1e+21', '100000000000000000000', '0.000001', '1e-7', '123.456', '4.5e-300']
+    """
+    if number == 0:
+        return "0"
+    sign, digits, point = _decimal(number)
+    if len(digits) <= point <= 21:
+        return sign + digits + "0" * (point - len(digits))
+    if 0 < point <= 21:
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    if -6 < point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    return _exponent_form(sign, digits, point)
+
+
+def number_text(number: float) -> str:
+    """How the canonical form writes a finite float: as RFC 8785 does, but never as an inexact integer.
+
+    RFC 8785 writes a float of 2**53 or more below 1e21 as its shortest digits padded with zeros
+    (``2.0**68`` as ``295147905179352830000``). tailcut reads integers exactly (an id beyond 2**53 stays
+    itself), so that text would read back as an integer that is not the float, and the float and that
+    integer would share a text. Such a float is written in exponent form instead
+    (``2.9514790517935283e+20``); every other float, and every float an exact integer can stand for
+    (``2.0**53`` as ``9007199254740992``), is written as RFC 8785 writes it.
+
+    Examples
+    --------
+    >>> number_text(2.0**68), number_text(2.0**53), number_text(3.0)
+    ('2.9514790517935283e+20', '9007199254740992', '3')
+    """
+    text = ecmascript_number(number)
+    if abs(number) >= 2**53 and "e" not in text and int(text) != int(number):
+        return _exponent_form(*_decimal(number))
+    return text
+
+
+def _rewrite_token(match: re.Match[bytes]) -> bytes:
+    token = match.group()
+    if token[0] == 0x22 or (b"." not in token and b"e" not in token):  # a string, or an exact integer
+        return token
+    return number_text(float(token)).encode("ascii")
+
+
+def _ecmascript_numbers(raw: bytes) -> bytes:
+    """orjson's text with every float written as :func:`number_text` says."""
+    if _MAYBE_REWRITTEN.search(raw) is None:
+        return raw
+    return _TOKEN.sub(_rewrite_token, raw)
+
+
+# --- key order ---------------------------------------------------------------------------------------------
+#: orjson sorts keys by code point; RFC 8785 by UTF-16 code unit. They differ only for a key holding a
+#: character beyond U+FFFF (four UTF-8 bytes, lead byte F0-F4).
+_ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _has_astral_key(raw: bytes) -> bool:
+    found = False
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        nonlocal found
+        found = found or any(max(key, default="\0") > "\uffff" for key, _ in items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return found
+
+
+# --- the exact path ----------------------------------------------------------------------------------------
+#: Types orjson writes itself (the exact path leaves them to it).
+_ORJSON_SCALARS: Final = (dt.datetime, dt.date, dt.time, uuid.UUID, enum.Enum)
+
+
+def _path_text(path: tuple[str | int, ...]) -> str:
+    return "$" + "".join(f"[{step!r}]" for step in path)
 
 
 def _canonical_bytes_slow(value: Any) -> bytes:
-    """The same encoding for values orjson refuses: integers beyond 64 bits and lone surrogates.
+    """The same encoding, built with Python's help, for what the fast path cannot write itself.
 
-    Each such value is swapped for a marker string, the rest is encoded by orjson (so floats and
-    strings are written exactly as on the fast path), and the markers are replaced by the value's JSON.
+    Integers beyond 64 bits and strings with lone surrogates (which orjson refuses) are swapped for
+    marker strings; dicts are sorted here by UTF-16 code units (orjson sorts by code points) and their
+    keys checked to be strings; orjson encodes the rest in that order, and the markers are replaced by
+    their JSON.
     """
     rendered: list[str] = []
 
@@ -122,29 +259,74 @@ def _canonical_bytes_slow(value: Any) -> bytes:
         rendered.append(json_text)
         return f"\x00tailcut-raw:{len(rendered) - 1}\x00"
 
-    def prepare(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {prepare(k) if isinstance(k, str) else k: prepare(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [prepare(x) for x in v]
-        if isinstance(v, bool) or not isinstance(v, int | str):
-            return v
-        if isinstance(v, int):
-            return marker(str(v)) if not -(2**63) <= v < 2**64 else v
+    def text(v: str) -> str:
         try:
             v.encode("utf-8")
         except UnicodeEncodeError:
             return marker(json.dumps(v, ensure_ascii=True))
         return v
 
+    def prepare(v: Any, path: tuple[str | int, ...]) -> Any:
+        if isinstance(v, str):
+            return text(v)
+        if isinstance(v, bool) or v is None or isinstance(v, float):
+            return v
+        if isinstance(v, int):
+            return marker(str(v)) if not -(2**63) <= v < 2**64 else v
+        if isinstance(v, dict):
+            for key in v:
+                if not isinstance(key, str):
+                    raise NonStringKeyError(
+                        f"dict key {key!r} ({type(key).__name__}) at {_path_text(path)} is not a string: "
+                        "JSON object keys must be strings; convert the keys with str() or record a "
+                        "list of [key, value] pairs"
+                    )
+            return {text(k): prepare(v[k], (*path, k)) for k in sorted(v, key=_utf16)}
+        if isinstance(v, list | tuple):
+            return [prepare(x, (*path, i)) for i, x in enumerate(v)]
+        if isinstance(v, _ORJSON_SCALARS) or type(v).__module__ == "numpy":
+            return v
+        return prepare(_encode_extra(v), path)
+
     try:
-        raw = orjson.dumps(prepare(value), default=_encode_extra, option=_OPTIONS)
+        raw = orjson.dumps(prepare(value, ()), default=_encode_extra, option=_NATIVE)
+    except NonStringKeyError:
+        raise
     except Exception as exc:
         raise CanonicalEncodingError(_describe(exc)) from None
-    text = raw.decode("utf-8")
+    result = _ecmascript_numbers(raw).decode("utf-8")
     for index, json_text in enumerate(rendered):
-        text = text.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)
-    return text.encode("utf-8")
+        result = result.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)
+    return result.encode("utf-8")
+
+
+def tagged_keys(value: Any) -> Any:
+    """``value`` with each dict that has a non-string key as ``{"$map": [[key, value], ...]}``.
+
+    The pairs are in the order of their keys' canonical text, so the result has one canonical text, and
+    the original dict can be rebuilt from it (keys that JSON writes as strings, numbers, booleans or null
+    come back as themselves). Dicts with string keys only, and everything else, are left as they are.
+
+    Examples
+    --------
+    >>> canonical_json(tagged_keys({"counts": {2: "b", 1: "a"}, "name": "x"}))
+    '{"counts":{"$map":[[1,"a"],[2,"b"]]},"name":"x"}'
+    """
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value):
+            return {key: tagged_keys(item) for key, item in value.items()}
+        pairs = [(canonical_json(tagged_keys(key)), key, item) for key, item in value.items()]
+        return {"$map": [[key, tagged_keys(item)] for _, key, item in sorted(pairs, key=lambda p: p[0])]}
+    if isinstance(value, list | tuple):
+        return [tagged_keys(item) for item in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, _ORJSON_SCALARS) or type(value).__module__ == "numpy":
+        return value
+    try:
+        return tagged_keys(_encode_extra(value))
+    except TypeError:
+        return value  # canonical_bytes will name it
 
 
 def canonical_json(value: Any) -> str:
