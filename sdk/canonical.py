@@ -1,15 +1,21 @@
-"""Canonical JSON (RFC 8785, the JSON Canonicalization Scheme): one text, and one hash, per payload.
+"""Canonical JSON (after RFC 8785, the JSON Canonicalization Scheme): one text, and one hash, per payload.
 
 A replay matches a live request to its record by hash, so the encoding must not depend on dict order,
-whitespace or how a value was built, and two different payloads must never share a text. The text is
-RFC 8785's: UTF-8, no insignificant whitespace, object keys sorted by their UTF-16 code units, strings
-escaped as RFC 8785 section 3.2.2.2 says (``\\b \\t \\n \\f \\r \\" \\\\`` short, other controls as
-``\\u00xx``, everything else as itself) and numbers written as ECMAScript writes them (``1.0`` as ``1``,
-``1e16`` as ``10000000000000000``, ``1e-7`` as ``1e-7``, ``-0.0`` as ``0``; :func:`number_text` tells
-the one exception, made so that no float shares a text with an integer). Object keys must be strings:
-``{1: "x", "1": "y"}`` has no faithful JSON text, so it is refused (:class:`NonStringKeyError` names
-the key and where it is) instead of being written with a duplicate key. Values that JSON has no type for
-are encoded by these rules:
+whitespace or how a value was built, and two different payloads must never share a text. The text
+follows RFC 8785 in all but numbers: UTF-8, no insignificant whitespace, object keys sorted by their
+UTF-16 code units, strings escaped as RFC 8785 section 3.2.2.2 says (``\\b \\t \\n \\f \\r \\" \\\\``
+short, other controls as ``\\u00xx``, everything else as itself). Object keys must be strings:
+``{1: "x", "1": "y"}`` has no faithful JSON text, so it is refused (:class:`NonStringKeyError` names the
+key and where it is) instead of being written with a duplicate key.
+
+Numbers keep Python's two kinds apart, where RFC 8785 (whose numbers are all doubles) writes ``1.0`` as
+``1``: an integer is written exactly (``1``, ``2**70``), a float as the shortest digits that read back
+as it, always with a point or an exponent (``1.0``, ``1e+16``, ``1e-7``, ``-0.0``). A replay hands
+recorded values back to Python code, where ``1250.0`` and ``1250`` print differently: a text that merged
+them would make a faithful replay diverge as soon as the agent formats the number into a prompt. Each
+float is the same double RFC 8785's text denotes (``tests/test_sdk_canonical.py`` checks Appendix B).
+
+Values that JSON has no type for are encoded by these rules:
 
 =========================================  ==================================================================
 Python value                               JSON
@@ -24,9 +30,8 @@ pydantic model (``model_dump``)            ``model.model_dump(mode="json")``
 ``Decimal``                                string of the decimal (no float rounding)
 ``UUID``, ``pathlib.Path``                 string
 ``Enum`` member                            its ``value``, encoded by these same rules
-float NaN / ±Infinity                      ``null`` (JSON has no such numbers; the text stays valid JSON)
+float NaN / ±Infinity                      ``null`` (JSON has no such numbers; RFC 8785 refuses them)
 integer beyond 64 bits                     exact integer (RFC 8785 would round it to a double)
-float from 2**53 whose digits are inexact  exponent form (RFC 8785 pads them with zeros: :func:`number_text`)
 string with a lone surrogate               the surrogate as ``\\udxxx`` (RFC 8785 refuses it)
 anything else                              :class:`CanonicalEncodingError` naming the type
 =========================================  ==================================================================
@@ -35,8 +40,9 @@ The SDK records a payload whose dicts have non-string keys through :func:`tagged
 becomes ``{"$map": [[key, value], ...]}``), so an agent's tool call is never refused a recording.
 
 The text is the payload as recorded; ``sha256_hex`` of it is the payload's identity (and its address in
-the payload store). Payloads recorded before the numbers followed RFC 8785 keep their stored hashes
-(every stored hash is of stored bytes); a replay still matches them, on the request compared as JSON.
+the payload store). Every payload whose keys are strings without characters beyond U+FFFF has the text
+(and hash) it had before keys were sorted by UTF-16 code units; every stored hash is of stored bytes,
+so it still verifies, and a request whose key order changed still matches on replay, compared as JSON.
 """
 
 from __future__ import annotations
@@ -128,91 +134,7 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalEncodingError(_describe(exc)) from None
     if _ASTRAL.search(raw) is not None and _has_astral_key(raw):
         return _canonical_bytes_slow(json.loads(raw))
-    return _ecmascript_numbers(raw)
-
-
-# --- numbers -----------------------------------------------------------------------------------------------
-#: orjson writes a float as the shortest digits that read back as it (as ECMAScript does) but in its own
-#: layout: ``1.0``, ``1e+16``, ``1e-6``. Only a number ending in ``.0`` or written with an exponent can
-#: differ from ECMAScript's; this finds one where a value may start (false hits inside a string only cost
-#: the exact rewrite below).
-_MAYBE_REWRITTEN: Final = re.compile(
-    rb"(?:^|(?<=[:,\[]))-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+|(?<=\.0))(?=[,\]}]|$)"
-)
-#: A JSON string or a number, for the exact rewrite (strings are skipped whole).
-_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.e+-]*', re.DOTALL)
-
-
-def _decimal(number: float) -> tuple[str, str, int]:
-    """``(sign, digits, point)`` with ``|number| = 0.<digits> × 10**point``, digits the shortest that
-    read back as ``number`` (Python's ``repr`` picks them as ECMAScript does), no zeros at either end."""
-    sign = "-" if number < 0 else ""
-    mantissa, _, exponent = repr(abs(number)).partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = (whole + fraction).lstrip("0")
-    point = len(whole) + int(exponent or 0) - (len(whole + fraction) - len(digits))
-    return sign, digits.rstrip("0"), point
-
-
-def _exponent_form(sign: str, digits: str, point: int) -> str:
-    power = point - 1
-    mantissa = digits if len(digits) == 1 else f"{digits[0]}.{digits[1:]}"
-    return f"{sign}{mantissa}e{'+' if power >= 0 else '-'}{abs(power)}"
-
-
-def ecmascript_number(number: float) -> str:
-    """A finite float as ECMAScript's ``Number.prototype.toString`` writes it (RFC 8785 section 3.2.2.3).
-
-    Examples
-    --------
-    >>> [ecmascript_number(x) for x in (1.0, -0.0, 1e21, 1e20, 1e-6, 1e-7, 123.456, 4.5e-300)]
-    ['1', '0', '1e+21', '100000000000000000000', '0.000001', '1e-7', '123.456', '4.5e-300']
-    """
-    if number == 0:
-        return "0"
-    sign, digits, point = _decimal(number)
-    if len(digits) <= point <= 21:
-        return sign + digits + "0" * (point - len(digits))
-    if 0 < point <= 21:
-        return f"{sign}{digits[:point]}.{digits[point:]}"
-    if -6 < point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
-    return _exponent_form(sign, digits, point)
-
-
-def number_text(number: float) -> str:
-    """How the canonical form writes a finite float: as RFC 8785 does, but never as an inexact integer.
-
-    RFC 8785 writes a float of 2**53 or more below 1e21 as its shortest digits padded with zeros
-    (``2.0**68`` as ``295147905179352830000``). tailcut reads integers exactly (an id beyond 2**53 stays
-    itself), so that text would read back as an integer that is not the float, and the float and that
-    integer would share a text. Such a float is written in exponent form instead
-    (``2.9514790517935283e+20``); every other float, and every float an exact integer can stand for
-    (``2.0**53`` as ``9007199254740992``), is written as RFC 8785 writes it.
-
-    Examples
-    --------
-    >>> number_text(2.0**68), number_text(2.0**53), number_text(3.0)
-    ('2.9514790517935283e+20', '9007199254740992', '3')
-    """
-    text = ecmascript_number(number)
-    if abs(number) >= 2**53 and "e" not in text and int(text) != int(number):
-        return _exponent_form(*_decimal(number))
-    return text
-
-
-def _rewrite_token(match: re.Match[bytes]) -> bytes:
-    token = match.group()
-    if token[0] == 0x22 or (b"." not in token and b"e" not in token):  # a string, or an exact integer
-        return token
-    return number_text(float(token)).encode("ascii")
-
-
-def _ecmascript_numbers(raw: bytes) -> bytes:
-    """orjson's text with every float written as :func:`number_text` says."""
-    if _MAYBE_REWRITTEN.search(raw) is None:
-        return raw
-    return _TOKEN.sub(_rewrite_token, raw)
+    return raw
 
 
 # --- key order ---------------------------------------------------------------------------------------------
@@ -294,7 +216,7 @@ def _canonical_bytes_slow(value: Any) -> bytes:
         raise
     except Exception as exc:
         raise CanonicalEncodingError(_describe(exc)) from None
-    result = _ecmascript_numbers(raw).decode("utf-8")
+    result = raw.decode("utf-8")
     for index, json_text in enumerate(rendered):
         result = result.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)
     return result.encode("utf-8")

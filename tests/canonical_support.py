@@ -1,6 +1,6 @@
-"""An agent whose payloads hold every number and string form RFC 8785 writes differently, for the
-old-corpus fixture (``tests/fixtures/corpus_before_jcs``: recorded by tailcut before the canonical form
-followed RFC 8785) and the test that it still loads, verifies and replays.
+"""An agent whose payloads hold what RFC 8785 writes differently from tailcut's canonical form of before,
+for the old-corpus fixture (``tests/fixtures/corpus_before_jcs``: recorded by tailcut before keys were
+sorted by UTF-16 code units) and the test that it still loads, verifies and replays.
 
 Regenerate the fixture only with the code it stands for (never with today's):
 ``python -m tests.canonical_support tests/fixtures/corpus_before_jcs/corpus`` from a checkout of that code.
@@ -17,12 +17,12 @@ from typing import Any
 import tailcut
 
 ORDER: dict[str, Any] = {
-    "qty": 3.0,  # 3.0 before, 3 in RFC 8785
-    "ratio": 1e16,  # 1e+16 before, 10000000000000000
-    "small": 1e-6,  # 1e-6 before, 0.000001
-    "tiny": 1.5e-7,  # the same in both
-    "huge": 1e21,  # the same in both
-    "zero": -0.0,  # -0.0 before, 0
+    "qty": 3.0,  # 3 in RFC 8785; tailcut keeps floats floats
+    "ratio": 1e16,  # 10000000000000000 in RFC 8785
+    "small": 1e-6,  # 0.000001 in RFC 8785
+    "tiny": 1.5e-7,
+    "huge": 1e21,
+    "zero": -0.0,  # 0 in RFC 8785
     "name": "\u20ac\t\u2028\U0001f600\x7f",
     "\U0001f600": 1,  # an astral key sorts before U+FB33 by UTF-16 code units, after it by code points
     "\ufb33": 2,

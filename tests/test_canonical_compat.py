@@ -1,9 +1,9 @@
 """A corpus recorded before the canonical form followed RFC 8785 still loads, verifies and replays.
 
 ``tests/fixtures/corpus_before_jcs/corpus`` was written by ``tests/canonical_support.py`` with the code of
-that time, whose texts wrote ``3.0``, ``1e+16``, ``1e-6`` and ``-0.0`` and sorted keys by code point.
-Every stored hash is of stored bytes, so each still verifies; a payload of string keys and no such
-numbers has the same text (and hash) today; a request whose text changed still matches on replay.
+that time (main f4aa017), which sorted keys by code point. Every stored hash is of stored bytes, so each
+still verifies; a payload without keys beyond U+FFFF has the same text (and hash) today, numbers
+included; a request whose key order changed still matches on replay.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_the_old_corpus_loads_and_every_stored_hash_is_of_its_stored_text(corpus
         assert sha256_hex(envelope.response) == envelope.response_sha256
 
 
-def test_string_keyed_payloads_without_changed_numbers_keep_their_text_and_hash(corpus: Path) -> None:
+def test_payloads_without_astral_keys_keep_their_text_and_hash(corpus: Path) -> None:
     loaded = replay.load_corpus(corpus)
     [trace_id] = loaded.runs
     lookup = next(e for e in loaded.envelopes(trace_id) if e.boundary == "tool:lookup")
@@ -46,15 +46,18 @@ def test_string_keyed_payloads_without_changed_numbers_keep_their_text_and_hash(
     assert sha256_hex(canonical_json({"order_id": 7})) == lookup.request_sha256
 
 
-def test_a_payload_whose_numbers_are_written_anew_still_replays(corpus: Path) -> None:
+def test_a_payload_whose_key_order_changed_still_replays(corpus: Path) -> None:
     loaded = replay.load_corpus(corpus)
     [trace_id] = loaded.runs
     quote = next(e for e in loaded.envelopes(trace_id) if e.boundary == "tool:quote")
-    assert '"qty":3.0' in quote.request and canonical_json(loads(quote.request)) != quote.request
+    now = canonical_json(loads(quote.request))
+    assert now != quote.request and now.index("\U0001f600") < now.index("\ufb33")  # UTF-16 order
+    assert sorted(now) == sorted(quote.request)  # the same characters: only the key order moved
 
     report = replay.run_replay(loaded, canonical_support.agent, mode="recorded", n=1, canary=False)
     [result] = report.results
     assert result.rerun.divergences == ()
     assert result.rerun.served_counts == {"tool": 2} and result.rerun.live_counts == {}
     assert result.passed
-    assert result.rerun.output["priced"]["order"]["qty"] == 3  # served from the record
+    qty = result.rerun.output["priced"]["order"]["qty"]  # served from the record
+    assert qty == 3.0 and isinstance(qty, float)

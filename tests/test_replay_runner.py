@@ -209,7 +209,8 @@ def test_a_recorded_rerun_that_diverged_never_passes_even_when_served_to_the_end
     assert result.rerun.outcome == "pass" and result.rerun.stopped_by is None
     assert not result.passed
     assert result.check_message == (
-        "outcome pass reproduced; diverged: request differs at tool:refund#1 (seq 2): $.amount: 120 -> 121"
+        "outcome pass reproduced; diverged: "
+        "request differs at tool:refund#1 (seq 2): $.amount: 120.0 -> 121.0"
     )
 
 
@@ -237,7 +238,7 @@ def test_the_results_file_follows_the_replay_results_schema(corpus, tmp_path):
         "tool:refund",
         1,
     )
-    assert divergence["message"] == "request differs at tool:refund#1 (seq 1): $.amount: 120 -> 99"
+    assert divergence["message"] == "request differs at tool:refund#1 (seq 1): $.amount: 120.0 -> 99.0"
     assert first["divergence_count"] == 1 and first["served_crossings"] == 0 and first["live_crossings"] == 0
     assert first["error"].startswith("tailcut.errors.Divergence: request differs at tool:refund#1")
     assert first["check_message"].startswith("stopped at divergence: request differs")
@@ -296,8 +297,8 @@ def test_the_canary_confirms_a_replay_follows_the_record(corpus):
     report = replay.run_replay(loaded, shop, n=1)
     assert report.canary.caught is True
     assert str(report.canary) == (
-        f"canary: corrupted tool:lookup#1 of trace {trace_id} (value 120); the recorded replay diverged: "
-        "request differs at tool:refund#1 (seq 2): $.amount: 120 -> 121"
+        f"canary: corrupted tool:lookup#1 of trace {trace_id} (value 120.0); the recorded replay diverged: "
+        "request differs at tool:refund#1 (seq 2): $.amount: 120.0 -> 121.0"
     )
 
 
@@ -444,7 +445,7 @@ def test_replay_exits_1_on_a_failing_or_diverging_rerun_unless_told_to_only_repo
     if counts[2]:
         assert trace["rate"] == "pass 0/2, diverged 2/2 (recorded)"
         assert (
-            trace["first_divergence"] == "request differs at tool:refund#1 (seq 2): $.amount: 120 -> 120.01"
+            trace["first_divergence"] == "request differs at tool:refund#1 (seq 2): $.amount: 120.0 -> 120.01"
         )
 
 

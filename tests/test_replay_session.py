@@ -102,9 +102,9 @@ def test_a_changed_argument_is_the_first_divergence_with_a_readable_diff(shop_co
     record = raised.value.details
     assert isinstance(record, DivergenceRecord)
     assert (record.kind, record.boundary, record.occurrence, record.seq) == ("request", "tool:refund", 1, 2)
-    assert record.paths == ("$.amount: 120 -> 121",)
-    assert str(record) == "request differs at tool:refund#1 (seq 2): $.amount: 120 -> 121"
-    assert '-  "amount": 120,' in record.diff and '+  "amount": 121,' in record.diff
+    assert record.paths == ("$.amount: 120.0 -> 121.0",)
+    assert str(record) == "request differs at tool:refund#1 (seq 2): $.amount: 120.0 -> 121.0"
+    assert '-  "amount": 120.0,' in record.diff and '+  "amount": 121.0,' in record.diff
     assert CALLS == []  # stopped before the refund could run
 
 

@@ -66,10 +66,12 @@ def test_served_boundaries_do_not_run():
         assert refund(7, 10.0) == {"refunded": 999.0}  # served from the record
         assert refund(7, 10.0) == {"refunded": 10.0}  # occurrence 2 is not recorded: live
     assert CALLS == ["refund"]
-    assert [c.request_sha256 for c in interceptor.crossings] == [sha256_hex('{"amount":10,"order_id":7}')] * 2
+    assert [c.request_sha256 for c in interceptor.crossings] == [
+        sha256_hex('{"amount":10.0,"order_id":7}')
+    ] * 2
     assert interceptor.results == [
-        ("tool:refund", True, '{"refunded":999}', None),
-        ("tool:refund", False, '{"refunded":10}', None),
+        ("tool:refund", True, '{"refunded":999.0}', None),
+        ("tool:refund", False, '{"refunded":10.0}', None),
     ]
     served_span, live_span = spans.by_kind("tool")
     assert served_span.attributes[attr.REPLAYED] is True
@@ -136,7 +138,7 @@ def test_interceptor_works_without_init():
     with use_interceptor(interceptor):
         assert refund(1, 1.0) == {"refunded": 1}
     assert CALLS == []
-    assert interceptor.crossings[0].request == '{"amount":1,"order_id":1}'
+    assert interceptor.crossings[0].request == '{"amount":1.0,"order_id":1}'
 
 
 def test_decode_hook_rebuilds_types():
