@@ -17,13 +17,11 @@ session. Findings of non-default thresholds (``classify --cost-z 4``) are never 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from tailcut._atomic import replacing
 from tailcut.analysis import _source
 
 if TYPE_CHECKING:
@@ -94,20 +92,16 @@ def write(location: str, table: pa.Table, key: str) -> Path | None:
     if _source.is_remote(location):
         return None
     target = path(location)
-    temporary = target.with_name(f".{FILE}.{uuid.uuid4().hex}.tmp")
+    metadata = {**(table.schema.metadata or {}), SOURCE_KEY: key.encode()}
     try:
-        target.parent.mkdir(exist_ok=True)
-        metadata = {**(table.schema.metadata or {}), SOURCE_KEY: key.encode()}
-        pq.write_table(
-            table.replace_schema_metadata(metadata),
-            temporary,
-            compression="zstd",
-            use_dictionary=[name for name in table.column_names if name not in _IDENTIFIERS],
-            write_statistics=[name for name in _SORTED_BY if name in table.column_names],
-        )
-        os.replace(temporary, target)
+        with replacing(target) as temporary:
+            pq.write_table(
+                table.replace_schema_metadata(metadata),
+                temporary,
+                compression="zstd",
+                use_dictionary=[name for name in table.column_names if name not in _IDENTIFIERS],
+                write_statistics=[name for name in _SORTED_BY if name in table.column_names],
+            )
     except OSError:
-        with contextlib.suppress(OSError):  # the folder itself may be what failed
-            temporary.unlink(missing_ok=True)
         return None
     return target

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 
+from tailcut._atomic import replacing
 from tailcut.analysis._errors import AnalysisError
 
 if TYPE_CHECKING:
@@ -237,14 +238,9 @@ def write_file(table: pa.Table, out: str | os.PathLike[str], fmt: Format) -> Pat
         raise AnalysisError("--format table prints to the terminal; choose csv, json or parquet with --out")
     if not target.parent.is_dir():
         raise AnalysisError(f"{target.parent}: no such directory for --out")
-    temporary = target.with_name(f".{target.name}.tmp")
-    try:
+    with replacing(target) as temporary:
         if fmt == "parquet":
             pq.write_table(table, temporary, compression="zstd")
         else:
             temporary.write_bytes(to_csv(table) if fmt == "csv" else to_json(table))
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
     return target

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
+from tailcut._atomic import replacing
 from tailcut.analysis import stats
 from tailcut.analysis._dataset import maps_errors
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
@@ -273,13 +274,8 @@ class Report:
             )
         )
         target = Path(path)
-        temporary = target.with_name(f".{target.name}.tmp")
-        try:
+        with replacing(target) as temporary:
             temporary.write_text(document, encoding="utf-8")
-            os.replace(temporary, target)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
         return target
 
     def _viewer_links(self, ui_url: str) -> dict[str, Any]:

@@ -46,13 +46,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import tailcut
+from tailcut import environment
 from tailcut.attributes import FAILURE_CATEGORIES
 from tailcut.demo import _checks
 from tailcut.demo import support_env as env
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from tailcut.replay import Rerun
 
 MODEL: Final = "scripted-support-1"
-MODEL_URL_ENV: Final = "TAILCUT_DEMO_MODEL_URL"
+MODEL_URL_ENV: Final = environment.TAILCUT_DEMO_MODEL_URL
 DEFAULT_MODEL_URL: Final = "http://127.0.0.1:8765/v1"
 MAX_STEPS: Final = 8
 
@@ -120,7 +120,7 @@ def model_client() -> Any:
     """The OpenAI client for the model endpoint (``TAILCUT_DEMO_MODEL_URL``); one per URL."""
     import openai
 
-    url = os.environ.get(MODEL_URL_ENV, DEFAULT_MODEL_URL)
+    url = environment.demo_model_url(DEFAULT_MODEL_URL)
     client = _clients.get(url)
     if client is None:
         client = _clients[url] = openai.OpenAI(base_url=url, api_key="demo-key", max_retries=0, timeout=30)

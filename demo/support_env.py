@@ -173,7 +173,7 @@ class SupportDesk:
             return "sha256:" + sha256_hex(
                 canonical_json(
                     {
-                        "orders": self.orders,
+                        "orders": {str(order_id): order for order_id, order in self.orders.items()},
                         "outage": sorted(self.outage),
                         "returns": self.returns,
                         "replica": self.replica,

@@ -27,10 +27,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
+from tailcut import environment
 from tailcut.errors import ConfigError
 
 #: Environment variable naming a user pricing file merged over the packaged one.
-PRICING_ENV: Final = "TAILCUT_PRICING"
+PRICING_ENV: Final = environment.TAILCUT_PRICING
 _DEFAULT: Final = Path(__file__).with_name("pricing.toml")
 _PER_TOKEN: Final = 1e-6
 _MAX_MATCHES: Final = 4096
@@ -129,4 +130,4 @@ def _cached(path: str | None) -> Pricing:
 
 def default_pricing() -> Pricing:
     """The prices the writers and the collector use: packaged, plus ``$TAILCUT_PRICING`` when set."""
-    return _cached(os.environ.get(PRICING_ENV) or None)
+    return _cached(environment.pricing_file())

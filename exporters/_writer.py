@@ -7,7 +7,7 @@ each sorted by ``trace_id`` then ``span_index`` (a trace written in one call sta
 is closed and published once it reaches ``roll_bytes`` or its oldest row is ``roll_seconds`` old (checked
 on every write and by :meth:`DataDirWriter.flush_if_due`, which a caller with no writes for a while should
 call periodically). Files are zstd-compressed, carry the schema version in their metadata and appear
-atomically (see :mod:`._atomic`). The data dir may be an ``s3://bucket/prefix`` URL (:mod:`._location`):
+atomically (:mod:`tailcut._atomic`). The data dir may be an ``s3://bucket/prefix`` URL (:mod:`._location`):
 files are then written in a local staging directory and each is uploaded whole when it is published, so
 the object store only ever holds finished files. JSON columns are checked so one bad value cannot make a
 file unreadable (:mod:`._json_columns`).
@@ -46,12 +46,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tailcut._atomic import publish, stale_temporaries, temporary_name
 from tailcut.exporters import schema
-from tailcut.exporters._atomic import part_names, publish, stale_temporaries
 from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._hooks import Published, WriterHook
 from tailcut.exporters._json_columns import readable_json
 from tailcut.exporters._location import Location, location
+from tailcut.exporters._part_names import part_name
 from tailcut.exporters._pieces import drop_carriers, piece_days, take_pieces
 from tailcut.exporters._row_order import sort_rows
 
@@ -268,7 +269,7 @@ class DataDirWriter:
             for table in schema.TABLES:
                 if table in _SORT_KEYS:
                     (self.root / table).mkdir(parents=True, exist_ok=True)
-            for stale in stale_temporaries(self.root):
+            for stale in stale_temporaries(self.root, "*/dt=*/.part-*.tmp"):
                 stale.unlink(missing_ok=True)
         except OSError as exc:
             raise DataDirError(f"cannot use data dir {self.location}: {exc.strerror or exc}") from None
@@ -499,9 +500,8 @@ class DataDirWriter:
 
     def _open_file(self, partition: _Partition) -> None:
         partition.directory.mkdir(parents=True, exist_ok=True)
-        temporary, final = part_names()
-        partition.temporary = partition.directory / temporary
-        partition.final = partition.directory / final
+        partition.final = partition.directory / part_name()
+        partition.temporary = temporary_name(partition.final)
         partition.writer = pq.ParquetWriter(
             str(partition.temporary),
             schema.TABLES[partition.name],

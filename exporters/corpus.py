@@ -26,7 +26,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -36,6 +37,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from tailcut import attributes as attr
+from tailcut._atomic import replacing
 from tailcut._pieces import PAYLOAD_ATTRIBUTES, PIECED_SUFFIX
 from tailcut.canonical import sha256_hex
 from tailcut.errors import TailcutError
@@ -422,21 +424,11 @@ def write_corpus(
         runs.append(run)
         envelopes.extend(crossings)
 
-    if place.remote:
-        staging = Path(tempfile.mkdtemp(prefix="tailcut-corpus-"))
-    else:
-        target = place.local_path()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with _staging(place) as staging:
         _write_parquet(runs, corpus_format.RUNS_SCHEMA, staging / corpus_format.RUNS)
         _write_parquet(envelopes, corpus_format.ENVELOPES_SCHEMA, staging / corpus_format.ENVELOPES)
         manifest = corpus_format.build_manifest(staging, runs, description or {})
         corpus_format.write_manifest(staging, manifest)
-        _publish(staging, place)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return CorpusSummary(
         path=place.url if place.remote else place.local_path(),
         runs=len(runs),
@@ -445,15 +437,22 @@ def write_corpus(
     )
 
 
-def _publish(staging: Path, place: Location) -> None:
-    """Move the finished corpus into place: renamed locally, or uploaded with the manifest last."""
+@contextmanager
+def _staging(place: Location) -> Iterator[Path]:
+    """A directory to build the corpus in that becomes the corpus when the block succeeds.
+
+    Locally it is renamed over the target (:mod:`tailcut._atomic`); remotely it is uploaded with the
+    manifest last. On failure it is removed and the target is left as it was.
+    """
     if not place.remote:
-        target = place.local_path()
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        with replacing(place.local_path(), directory=True) as staging:
+            yield staging
         return
-    if place.exists():
-        place.filesystem.delete_dir_contents(place.path, missing_dir_ok=True)
-    upload_directory(staging, place, last=(corpus_format.MANIFEST, corpus_format.MANIFEST_DIGEST))
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix="tailcut-corpus-"))
+    try:
+        yield staging
+        if place.exists():
+            place.filesystem.delete_dir_contents(place.path, missing_dir_ok=True)
+        upload_directory(staging, place, last=(corpus_format.MANIFEST, corpus_format.MANIFEST_DIGEST))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

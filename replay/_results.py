@@ -8,11 +8,11 @@ name and renamed into place: a reader, or a replay stopped by Ctrl-C, never leav
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tailcut._atomic import replacing
 from tailcut.canonical import canonical_json
 from tailcut.errors import ReplayError
 from tailcut.exporters import schema
@@ -61,15 +61,8 @@ def write_results(
     rows = [result_row(r, runs[r.trace_id]) for r in results]
     table = pa.Table.from_pylist(rows, schema=schema.REPLAY_RESULTS)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        try:
+        with replacing(target) as temporary:
             pq.write_table(table, temporary, compression="zstd")
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
     except OSError as exc:
         raise ReplayError(f"cannot write replay results to {target}: {exc.strerror or exc}") from None
     return target

@@ -31,7 +31,14 @@ from tailcut import attributes as attr
 from tailcut._guard import hook_error, internal_error, never_raises
 from tailcut._pieces import PieceLedger, recorded_pieces
 from tailcut._run_state import _ATTEMPT, _DEPTH, _TOOL_CALL_ID, RunState, current_run_state
-from tailcut.canonical import canonical_bytes, canonical_json, loads, sha256_hex
+from tailcut.canonical import (
+    NonStringKeyError,
+    canonical_bytes,
+    canonical_json,
+    loads,
+    sha256_hex,
+    tagged_keys,
+)
 from tailcut.errors import CanonicalEncodingError, Divergence, RedactHookError
 from tailcut.interceptor import Crossing, Served, active_interceptor, exception_type_name
 from tailcut.payloads import PayloadStoreError, make_stub
@@ -63,6 +70,25 @@ class EncodedPayload:
         self.attributes = attributes
 
 
+def recordable(value: Any) -> tuple[Any, bytes]:
+    """``(value as recorded, its canonical bytes)``: a dict with non-string keys is recorded tagged.
+
+    The canonical form refuses such a dict (its keys would collide as JSON text); an agent's tool is
+    free to take or return one, so it is recorded as :func:`~tailcut.canonical.tagged_keys` writes it
+    rather than left unrecorded.
+
+    Raises
+    ------
+    CanonicalEncodingError
+        If ``value`` holds something else the canonical rules cannot encode.
+    """
+    try:
+        return value, canonical_bytes(value)
+    except NonStringKeyError:
+        tagged = tagged_keys(value)
+        return tagged, canonical_bytes(tagged)
+
+
 def encode_payload(
     config: _config.Config,
     kind: str,
@@ -90,7 +116,7 @@ def encode_payload(
         try:
             if config.redact_defaults:
                 value = redact_keys(value)
-            raw = canonical_bytes(value)
+            value, raw = recordable(value)
         except CanonicalEncodingError:
             raise
         except Exception as exc:  # the value's own code raised while being walked (a __getattr__, ...)

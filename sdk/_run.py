@@ -25,9 +25,8 @@ from opentelemetry.trace import Status, StatusCode
 from tailcut import _config
 from tailcut import attributes as attr
 from tailcut._guard import internal_error, never_raises
-from tailcut._recorder import RecordedSpan, encode_payload, payload_unrecorded, start_span
+from tailcut._recorder import RecordedSpan, encode_payload, payload_unrecorded, recordable, start_span
 from tailcut._run_state import _ATTEMPT, _DEPTH, _RUN, _TOOL_CALL_ID, RunState
-from tailcut.canonical import canonical_json
 from tailcut.environment import TAILCUT_ENV_REVISION, TAILCUT_HARNESS_REVISION, get_str
 from tailcut.errors import CanonicalEncodingError
 from tailcut.interceptor import exception_type_name
@@ -63,7 +62,7 @@ def resolve_harness_revision(explicit: str | None) -> str | None:
 
 def _json_attribute(value: Any) -> str:
     """A run-level value as the JSON text recorded on the root (strings stay as they are)."""
-    return value if isinstance(value, str) else canonical_json(value)
+    return value if isinstance(value, str) else recordable(value)[1].decode("utf-8")
 
 
 class Run:

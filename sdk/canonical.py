@@ -1,13 +1,26 @@
-"""Canonical JSON: one text, and so one hash, per logical payload.
+"""Canonical JSON (after RFC 8785, the JSON Canonicalization Scheme): one text, and one hash, per payload.
 
 A replay matches a live request to its record by hash, so the encoding must not depend on dict order,
-whitespace or how a value was built. ``canonical_json`` writes UTF-8 JSON with object keys sorted and no
-insignificant whitespace. Values that JSON has no type for are encoded by these rules:
+whitespace or how a value was built, and two different payloads must never share a text. The text
+follows RFC 8785 in all but numbers: UTF-8, no insignificant whitespace, object keys sorted by their
+UTF-16 code units, strings escaped as RFC 8785 section 3.2.2.2 says (``\\b \\t \\n \\f \\r \\" \\\\``
+short, other controls as ``\\u00xx``, everything else as itself). Object keys must be strings:
+``{1: "x", "1": "y"}`` has no faithful JSON text, so it is refused (:class:`NonStringKeyError` names the
+key and where it is) instead of being written with a duplicate key.
+
+Numbers keep Python's two kinds apart, where RFC 8785 (whose numbers are all doubles) writes ``1.0`` as
+``1``: an integer is written exactly (``1``, ``2**70``), a float as the shortest digits that read back
+as it, always with a point or an exponent (``1.0``, ``1e+16``, ``1e-7``, ``-0.0``). A replay hands
+recorded values back to Python code, where ``1250.0`` and ``1250`` print differently: a text that merged
+them would make a faithful replay diverge as soon as the agent formats the number into a prompt. Each
+float is the same double RFC 8785's text denotes (``tests/test_sdk_canonical.py`` checks Appendix B).
+
+Values that JSON has no type for are encoded by these rules:
 
 =========================================  ==================================================================
 Python value                               JSON
 =========================================  ==================================================================
-``dict`` (any key order)                   object, keys sorted; non-string keys become their ``str()``
+``dict`` (any key order)                   object, keys sorted; a non-string key is refused
 ``list``, ``tuple`` (namedtuples too)      array
 ``set``, ``frozenset``                     array, elements in the order of their canonical text
 dataclass instance                         object of its fields
@@ -17,24 +30,32 @@ pydantic model (``model_dump``)            ``model.model_dump(mode="json")``
 ``Decimal``                                string of the decimal (no float rounding)
 ``UUID``, ``pathlib.Path``                 string
 ``Enum`` member                            its ``value``, encoded by these same rules
-float NaN / ±Infinity                      ``null`` (JSON has no such numbers; the text stays valid JSON)
-integer beyond 64 bits                     exact integer
+float NaN / ±Infinity                      ``null`` (JSON has no such numbers; RFC 8785 refuses them)
+integer beyond 64 bits                     exact integer (RFC 8785 would round it to a double)
+string with a lone surrogate               the surrogate as ``\\udxxx`` (RFC 8785 refuses it)
 anything else                              :class:`CanonicalEncodingError` naming the type
 =========================================  ==================================================================
 
+The SDK records a payload whose dicts have non-string keys through :func:`tagged_keys` (each such dict
+becomes ``{"$map": [[key, value], ...]}``), so an agent's tool call is never refused a recording.
+
 The text is the payload as recorded; ``sha256_hex`` of it is the payload's identity (and its address in
-the payload store).
+the payload store). Every payload whose keys are strings without characters beyond U+FFFF has the text
+(and hash) it had before keys were sorted by UTF-16 code units; every stored hash is of stored bytes,
+so it still verifies, and a request whose key order changed still matches on replay, compared as JSON.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime as dt
 import decimal
 import enum
 import hashlib
 import json
 import pathlib
+import re
 import uuid
 from typing import Any, Final
 
@@ -43,12 +64,12 @@ import orjson
 from tailcut.errors import CanonicalEncodingError
 
 # Dataclasses pass through to `_encode_extra` because orjson does not sort their fields.
-_OPTIONS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_NON_STR_KEYS
-    | orjson.OPT_SERIALIZE_NUMPY
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
+_NATIVE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
+_OPTIONS = orjson.OPT_SORT_KEYS | _NATIVE
+
+
+class NonStringKeyError(CanonicalEncodingError):
+    """A dict to encode has a key that is not a string (JSON object keys are strings)."""
 
 
 def _encode_extra(value: Any) -> Any:
@@ -97,24 +118,62 @@ def canonical_bytes(value: Any) -> bytes:
 
     Raises
     ------
+    NonStringKeyError
+        If a dict in ``value`` has a key that is not a string (the message names it and its path).
     CanonicalEncodingError
-        If ``value`` holds something the rules above cannot encode.
+        If ``value`` holds something else the rules above cannot encode.
     """
     try:
-        return orjson.dumps(value, default=_encode_extra, option=_OPTIONS)
+        raw = orjson.dumps(value, default=_encode_extra, option=_OPTIONS)
     except orjson.JSONEncodeError as exc:
-        if "64-bit" in str(exc) or "surrogates" in str(exc):
+        message = str(exc)
+        if "64-bit" in message or "surrogates" in message or "Dict key" in message:
             return _canonical_bytes_slow(value)
-        raise CanonicalEncodingError(str(exc)) from None
+        raise CanonicalEncodingError(message) from None
     except Exception as exc:  # raised from inside a model_dump, for example
         raise CanonicalEncodingError(_describe(exc)) from None
+    if _ASTRAL.search(raw) is not None and _has_astral_key(raw):
+        return _canonical_bytes_slow(json.loads(raw))
+    return raw
+
+
+# --- key order ---------------------------------------------------------------------------------------------
+#: orjson sorts keys by code point; RFC 8785 by UTF-16 code unit. They differ only for a key holding a
+#: character beyond U+FFFF (four UTF-8 bytes, lead byte F0-F4).
+_ASTRAL: Final = re.compile(rb"[\xf0-\xf4]")
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _has_astral_key(raw: bytes) -> bool:
+    found = False
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        nonlocal found
+        found = found or any(max(key, default="\0") > "\uffff" for key, _ in items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return found
+
+
+# --- the exact path ----------------------------------------------------------------------------------------
+#: Types orjson writes itself (the exact path leaves them to it).
+_ORJSON_SCALARS: Final = (dt.datetime, dt.date, dt.time, uuid.UUID, enum.Enum)
+
+
+def _path_text(path: tuple[str | int, ...]) -> str:
+    return "$" + "".join(f"[{step!r}]" for step in path)
 
 
 def _canonical_bytes_slow(value: Any) -> bytes:
-    """The same encoding for values orjson refuses: integers beyond 64 bits and lone surrogates.
+    """The same encoding, built with Python's help, for what the fast path cannot write itself.
 
-    Each such value is swapped for a marker string, the rest is encoded by orjson (so floats and
-    strings are written exactly as on the fast path), and the markers are replaced by the value's JSON.
+    Integers beyond 64 bits and strings with lone surrogates (which orjson refuses) are swapped for
+    marker strings; dicts are sorted here by UTF-16 code units (orjson sorts by code points) and their
+    keys checked to be strings; orjson encodes the rest in that order, and the markers are replaced by
+    their JSON.
     """
     rendered: list[str] = []
 
@@ -122,29 +181,74 @@ def _canonical_bytes_slow(value: Any) -> bytes:
         rendered.append(json_text)
         return f"\x00tailcut-raw:{len(rendered) - 1}\x00"
 
-    def prepare(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {prepare(k) if isinstance(k, str) else k: prepare(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [prepare(x) for x in v]
-        if isinstance(v, bool) or not isinstance(v, int | str):
-            return v
-        if isinstance(v, int):
-            return marker(str(v)) if not -(2**63) <= v < 2**64 else v
+    def text(v: str) -> str:
         try:
             v.encode("utf-8")
         except UnicodeEncodeError:
             return marker(json.dumps(v, ensure_ascii=True))
         return v
 
+    def prepare(v: Any, path: tuple[str | int, ...]) -> Any:
+        if isinstance(v, str):
+            return text(v)
+        if isinstance(v, bool) or v is None or isinstance(v, float):
+            return v
+        if isinstance(v, int):
+            return marker(str(v)) if not -(2**63) <= v < 2**64 else v
+        if isinstance(v, dict):
+            for key in v:
+                if not isinstance(key, str):
+                    raise NonStringKeyError(
+                        f"dict key {key!r} ({type(key).__name__}) at {_path_text(path)} is not a string: "
+                        "JSON object keys must be strings; convert the keys with str() or record a "
+                        "list of [key, value] pairs"
+                    )
+            return {text(k): prepare(v[k], (*path, k)) for k in sorted(v, key=_utf16)}
+        if isinstance(v, list | tuple):
+            return [prepare(x, (*path, i)) for i, x in enumerate(v)]
+        if isinstance(v, _ORJSON_SCALARS) or type(v).__module__ == "numpy":
+            return v
+        return prepare(_encode_extra(v), path)
+
     try:
-        raw = orjson.dumps(prepare(value), default=_encode_extra, option=_OPTIONS)
+        raw = orjson.dumps(prepare(value, ()), default=_encode_extra, option=_NATIVE)
+    except NonStringKeyError:
+        raise
     except Exception as exc:
         raise CanonicalEncodingError(_describe(exc)) from None
-    text = raw.decode("utf-8")
+    result = raw.decode("utf-8")
     for index, json_text in enumerate(rendered):
-        text = text.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)
-    return text.encode("utf-8")
+        result = result.replace(f'"\\u0000tailcut-raw:{index}\\u0000"', json_text, 1)
+    return result.encode("utf-8")
+
+
+def tagged_keys(value: Any) -> Any:
+    """``value`` with each dict that has a non-string key as ``{"$map": [[key, value], ...]}``.
+
+    The pairs are in the order of their keys' canonical text, so the result has one canonical text, and
+    the original dict can be rebuilt from it (keys that JSON writes as strings, numbers, booleans or null
+    come back as themselves). Dicts with string keys only, and everything else, are left as they are.
+
+    Examples
+    --------
+    >>> canonical_json(tagged_keys({"counts": {2: "b", 1: "a"}, "name": "x"}))
+    '{"counts":{"$map":[[1,"a"],[2,"b"]]},"name":"x"}'
+    """
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value):
+            return {key: tagged_keys(item) for key, item in value.items()}
+        pairs = [(canonical_json(tagged_keys(key)), key, item) for key, item in value.items()]
+        return {"$map": [[key, tagged_keys(item)] for _, key, item in sorted(pairs, key=lambda p: p[0])]}
+    if isinstance(value, list | tuple):
+        return [tagged_keys(item) for item in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, _ORJSON_SCALARS) or type(value).__module__ == "numpy":
+        return value
+    try:
+        return tagged_keys(_encode_extra(value))
+    except TypeError:
+        return value  # canonical_bytes will name it
 
 
 def canonical_json(value: Any) -> str:

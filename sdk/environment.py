@@ -1,8 +1,11 @@
-"""Environment variables tailcut reads, each with its default.
+"""Environment variables tailcut reads, each with its default: the one module that reads them.
 
 Configuration follows one order everywhere: an explicit argument, then the environment variable, then the
 documented default. A malformed value warns and falls back to the default; it never stops the agent.
-The standard ``OTEL_*`` variables are read as the OpenTelemetry SDK documents them.
+The standard ``OTEL_*`` variables are read as the OpenTelemetry SDK documents them. Every ``TAILCUT_*``
+variable is named here and read through the accessors below (``tests/test_environment.py`` fails if a
+module elsewhere reads one from ``os.environ``); a command-line option that falls back to one names it
+with click's ``envvar=`` and this module's constant.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ TAILCUT_MAX_QUEUE_SIZE: Final = "TAILCUT_MAX_QUEUE_SIZE"
 #: Seconds ``tailcut.shutdown()`` (run at exit) waits for queued spans to be exported; what is still
 #: queued then is counted as lost (default: 3).
 TAILCUT_SHUTDOWN_TIMEOUT: Final = "TAILCUT_SHUTDOWN_TIMEOUT"
+#: A pricing file whose entries replace or add to the packaged prices (default: the packaged prices only).
+TAILCUT_PRICING: Final = "TAILCUT_PRICING"
+#: The token ``tailcut ui`` requires of every request (default: none; ``--token`` wins).
+TAILCUT_UI_TOKEN: Final = "TAILCUT_UI_TOKEN"
+#: The OpenAI-compatible endpoint the demo fleet's agents call (default: the demo's own model server).
+TAILCUT_DEMO_MODEL_URL: Final = "TAILCUT_DEMO_MODEL_URL"
 #: Largest OTLP export request, in encoded bytes: batches are split and larger spans carried in pieces
 #: (default: 3 MiB over gRPC, 16 MiB over HTTP, below the OpenTelemetry Collector's receive limits;
 #: at least 4096).
@@ -105,3 +114,13 @@ def get_bool(name: str, default: bool) -> bool:
         return False
     _logger.warning("tailcut: ignoring %s=%r (expected true or false); using %s", name, raw, default)
     return default
+
+
+def pricing_file() -> str | None:
+    """The user pricing file named by :data:`TAILCUT_PRICING`, or None for the packaged prices only."""
+    return get_str(TAILCUT_PRICING)
+
+
+def demo_model_url(default: str) -> str:
+    """The model endpoint of the demo's agents: :data:`TAILCUT_DEMO_MODEL_URL`, else ``default``."""
+    return get_str(TAILCUT_DEMO_MODEL_URL) or default

@@ -7,17 +7,17 @@ whole. Payloads over the inline limit are stored under their sha256 (the same ha
 never served. The SDK writes the store; the exporters and the corpus writer read it.
 
 Layout: ``<root>/sha256/<first two hex chars>/<hex>.json``, each file written to a temporary name and
-renamed into place.
+renamed into place (:mod:`tailcut._atomic`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Final
 
+from tailcut._atomic import replacing
 from tailcut.errors import TailcutError
 
 REF_PREFIX: Final = "sha256:"
@@ -72,6 +72,14 @@ def stub_ref(value: Any) -> str | None:
     return None
 
 
+def _holds(path: Path, size: int) -> bool:
+    """Whether ``path`` already holds a payload of ``size`` bytes (under its hash, so the same one)."""
+    try:
+        return path.stat().st_size == size
+    except OSError:
+        return False
+
+
 class PayloadStore:
     """A local directory of payloads addressed by their sha256.
 
@@ -100,7 +108,7 @@ class PayloadStore:
         """Store ``data`` and return its reference. Storing the same bytes twice is a no-op."""
         digest = sha256 or hashlib.sha256(data).hexdigest()
         path = self.path_for(digest)
-        if path.exists():
+        if _holds(path, len(data)):
             return make_ref(digest)
         if self.max_bytes is not None:
             if self._used is None:
@@ -112,15 +120,10 @@ class PayloadStore:
                     f"payload store {self.root} is full ({self._used} of {self.max_bytes} bytes used)"
                 )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            # Not flushed to disk: a payload a power cut lost is reported missing or damaged on reading
+            # (and rewritten by the next put), and an fsync would cost the agent's thread milliseconds.
+            with replacing(path, durable=False) as temporary:
+                temporary.write_bytes(data)
         except OSError as exc:
             raise PayloadStoreError(
                 f"cannot write to payload store {self.root}: {exc.strerror or exc}"

@@ -14,6 +14,7 @@ import tailcut
 from tailcut import _config, _pieces
 from tailcut import attributes as attr
 from tailcut._pieces import Chain, PieceLedger, _Chains, expand, recorded_pieces, split_payload
+from tailcut._recorder import recordable
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.testing import capture_spans
 from tests.loop_agent import SYSTEM
@@ -109,7 +110,8 @@ def test_the_cached_split_is_byte_identical_to_splitting_from_scratch(first, scr
             value = {**request, "messages": tuple(transcript)}
         else:
             value = request
-        text = canonical_json(value)
+        value, raw = recordable(value)  # as the recorder has it: a dict keyed by 7 is recorded tagged
+        text = raw.decode("utf-8")
         for given_value in (value, None):  # what the recorder has, and a request given as text
             cached = _cached(given_value, text, config, cached_ledger)
             assert cached == _uncached(text, limit, reference_ledger)

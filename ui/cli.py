@@ -12,10 +12,11 @@ from typing import Final
 
 import click
 
+from tailcut import environment
 from tailcut._cli_options import data_option
 
 #: Environment variable holding the viewer's token (default: none; required beyond loopback).
-TOKEN_ENV: Final = "TAILCUT_UI_TOKEN"
+TOKEN_ENV: Final = environment.TAILCUT_UI_TOKEN
 
 
 def _listen(host: str, port: int) -> socket.socket:
