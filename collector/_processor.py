@@ -842,7 +842,10 @@ class Processor:
             counts["spans_dropped"] += count
         open_row = OpenRow(row, decision, now, now + self.late_window, trace.hold)
         if self.late_window > 0:
-            self.open_rows[trace.trace_id] = open_row
+            open_rows = self.open_rows
+            open_rows[trace.trace_id] = open_row
+            if len(open_rows) > self.num_traces:  # a flood: the oldest row closes early, memory stays bounded
+                self._finish_row(*open_rows.popitem(last=False))
         else:
             self._finish_row(trace.trace_id, open_row)
 

@@ -60,6 +60,10 @@ _logger = logging.getLogger("tailcut.exporters")
 DEFAULT_ROLL_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_ROLL_SECONDS: Final = 60.0
 DEFAULT_ROW_GROUP_ROWS: Final = 100_000
+#: A partition's buffered rows go to its open file as a row group once they take this many bytes in
+#: memory, whatever their count: a writer holds at most about this much per table and day between
+#: publishes (large payloads would otherwise wait in memory until ``row_group_rows`` of them arrived).
+ROW_GROUP_BYTES: Final = 8 * 1024 * 1024
 _DAY_US: Final = 86_400 * 10**6  # schema.TIMESTAMP is in microseconds
 _SORT_KEYS: Final = {
     "spans": [("trace_id", "ascending"), ("span_index", "ascending")],
@@ -135,8 +139,9 @@ class _Partition:
 
     name: str
     directory: Path
-    #: rows written to the partition since its last row group (caller side)
+    #: rows written to the partition since its last row group, and their bytes in memory (caller side)
     buffered_rows: int = 0
+    buffered_bytes: int = 0
     #: those rows once their JSON columns are checked, waiting for the row group (writer thread)
     checked: list[pa.Table] = field(default_factory=list)
     #: monotonic time of the oldest row not yet published (buffered or in the open file)
@@ -418,6 +423,7 @@ class DataDirWriter:
         if partition is None:
             partition = self._partitions[key] = _Partition(name, self.root / name / f"dt={day}")
         partition.buffered_rows += table.num_rows
+        partition.buffered_bytes += table.nbytes
         if partition.oldest is None:
             partition.oldest = time.monotonic()
 
@@ -425,7 +431,7 @@ class DataDirWriter:
             partition.checked.append(readable_json(table))
 
         self._run(check, row_group=False)
-        if partition.buffered_rows >= self.row_group_rows:
+        if partition.buffered_rows >= self.row_group_rows or partition.buffered_bytes >= ROW_GROUP_BYTES:
             self._submit_row_group(partition, close=False)
 
     def _publish(self, key: tuple[str, str], partition: _Partition) -> None:
@@ -434,7 +440,7 @@ class DataDirWriter:
         del self._partitions[key]
 
     def _submit_row_group(self, partition: _Partition, *, close: bool) -> None:
-        partition.buffered_rows = 0
+        partition.buffered_rows = partition.buffered_bytes = 0
         if close:
             partition.oldest = None
 
