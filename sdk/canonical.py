@@ -131,16 +131,22 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalEncodingError(message) from None
     except Exception as exc:  # raised from inside a model_dump, for example
         raise CanonicalEncodingError(_describe(exc)) from None
-    if not raw.isascii() and _has_astral_key(raw):
+    if not raw.isascii() and _may_sort_otherwise(raw) and _has_astral_key(raw):
         return _canonical_bytes_slow(json.loads(raw))
     return raw
 
 
 # --- key order ---------------------------------------------------------------------------------------------
-#: orjson sorts keys by code point; RFC 8785 by UTF-16 code unit. They differ only for a key holding a
-#: character beyond U+FFFF: four UTF-8 bytes, the first F0-F4. (``bytes.__contains__`` finds one in a
-#: few hundred nanoseconds per 4 KB; a regular expression's byte class takes tens of microseconds.)
+#: orjson sorts keys by code point; RFC 8785 by UTF-16 code unit. Two keys sort otherwise only when, where
+#: they first differ, one has a character beyond U+FFFF (four UTF-8 bytes, the first F0-F4) and the other
+#: one in U+E000-U+FFFF (the first byte EE or EF): both must occur in the text. (``bytes.__contains__``
+#: finds a byte in a few hundred nanoseconds per 4 KB; a regular expression's byte class is tens of
+#: microseconds.)
 _ASTRAL_LEADS: Final = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
+
+
+def _may_sort_otherwise(raw: bytes) -> bool:
+    return (b"\xee" in raw or b"\xef" in raw) and any(lead in raw for lead in _ASTRAL_LEADS)
 
 
 def _utf16(key: str) -> bytes:

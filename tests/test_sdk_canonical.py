@@ -354,6 +354,7 @@ def test_integers_and_floats_keep_their_kind():
         {"\ufb33": 1, "\\": "\U0001f600", "\U0001f600\\": 3},
         {"\ufb33": ["\U0001f600", '\\"\U0001f600"\\'], "\U0001f600": {"\ufb33": 0, "\U0001f601": 1}},
         {"k": "\U0001f600", "\ufb33": "\U00010000", "\U0010ffff": "\U0001f600"},
+        {"\ue000": 1, "\U00010000": 2, "\ud7ff": 3},  # the edges of the ranges that sort otherwise
     ],
 )
 def test_astral_keys_are_found_among_astral_values(value):
