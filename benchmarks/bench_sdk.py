@@ -7,23 +7,32 @@ redaction, two sha256 hashes and the boundary attributes. The bare span serialis
 ``json.dumps`` (recording a payload means serialising it). When the ``agent-chronicle`` package is
 installed, its recorder's cost for the same call is measured too (Chronicle reports 23 us/crossing).
 
-Run: ``python benchmarks/bench_sdk.py [--crossings N] [--rounds R]``
+The canonical form (issue 26: keys sorted by UTF-16 code units, non-string keys refused) is timed
+against the one before it, kept below as ``canonical_bytes_before`` (its fast path, which every payload
+here takes), on the same payload as ASCII, with accented letters and with emoji in its values.
+``--profile`` runs the crossing under cProfile and prints where its time goes, by part.
+
+Run: ``python benchmarks/bench_sdk.py [--crossings N] [--rounds R] [--profile]``
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
+import pstats
 import statistics
 import time
 from collections.abc import Callable
 
+import orjson
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import tailcut
 from tailcut import _config
+from tailcut.canonical import _encode_extra, canonical_bytes
 from tailcut.payloads import PayloadStore
 
 PAYLOAD = [
@@ -48,19 +57,93 @@ def per_call_us(fn: Callable[[], None], crossings: int) -> float:
     return (time.perf_counter() - start) / crossings * 1e6
 
 
-def interleaved(contenders: dict[str, Callable[[], None]], crossings: int, rounds: int) -> dict[str, float]:
-    """Median us per call of each contender, timed in alternation so machine drift hits all alike."""
+def interleaved(
+    contenders: dict[str, Callable[[], None]],
+    crossings: int,
+    rounds: int,
+    summary: Callable[[list[float]], float] = statistics.median,
+) -> dict[str, float]:
+    """Median (or ``summary``) us per call of each contender, timed in alternation so machine drift
+    hits all alike."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
             samples[name].append(per_call_us(fn, crossings))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return {name: summary(values) for name, values in samples.items()}
+
+
+#: The options of the canonical form before issue 26 (non-string keys written as their str()).
+_BEFORE_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_NON_STR_KEYS
+    | orjson.OPT_SERIALIZE_NUMPY
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+
+
+def canonical_bytes_before(value: object) -> bytes:
+    """The canonical form before issue 26, as its fast path wrote it (the baseline)."""
+    return orjson.dumps(value, default=_encode_extra, option=_BEFORE_OPTIONS)
+
+
+def compare_canonical(crossings: int, rounds: int) -> None:
+    """Time the canonical form against the one before it, on three variants of the payload."""
+    variants = {
+        "ASCII": PAYLOAD,
+        "accented": [dict(p, body=p["body"] + "é") for p in PAYLOAD],
+        "emoji values": [dict(p, body=p["body"] + "\U0001f600") for p in PAYLOAD],
+        "emoji+fullwidth": [dict(p, body=p["body"] + "\U0001f600\uff01") for p in PAYLOAD],
+    }
+    for name, value in variants.items():
+        assert json.loads(canonical_bytes(value)) == json.loads(canonical_bytes_before(value))
+        us = interleaved(  # the fastest of many short batches: a few microseconds drown in a busy machine
+            {"before": lambda v=value: canonical_bytes_before(v), "now": lambda v=value: canonical_bytes(v)},
+            max(crossings // 10, 50),
+            rounds * 5,
+            min,
+        )
+        print(
+            f"canonical JSON, {name:15s} before {us['before']:6.2f} us  now {us['now']:6.2f} us"
+            f"  ratio {us['now'] / us['before']:5.2f}x"
+        )
+
+
+#: Where a profiled function belongs, by the file it is in (first match wins).
+_PARTS = (
+    ("canonical JSON", "canonical.py"),
+    ("redaction", "redaction.py"),
+    ("pieces", "_pieces.py"),
+    ("recorder, decorators", "sdk/_"),
+    ("OpenTelemetry SDK", "opentelemetry"),
+)
+
+
+def profile_crossing(call: Callable[[], None], crossings: int) -> None:
+    """Run ``call`` under cProfile and print each part's own time, then the costliest functions."""
+    profiler = cProfile.Profile()
+    with tailcut.run("profile"):
+        profiler.enable()
+        for _ in range(crossings):
+            call()
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    parts: dict[str, float] = {}
+    total = 0.0
+    for (filename, _line, _name), (_calls, _primitive, own, _cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        part = next((label for label, marker in _PARTS if marker in filename), "other (hashlib, builtins)")
+        parts[part] = parts.get(part, 0.0) + own
+        total += own
+    print(f"profile of {crossings} crossings (cProfile inflates small functions; shares, not us):")
+    for part, own in sorted(parts.items(), key=lambda item: -item[1]):
+        print(f"  {part:28s} {own / total:6.1%}")
+    stats.sort_stats("tottime").print_stats(12)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--crossings", type=int, default=2000, help="calls per timed batch")
     parser.add_argument("--rounds", type=int, default=9, help="alternating batches per contender")
+    parser.add_argument("--profile", action="store_true", help="also profile the crossing")
     args = parser.parse_args()
 
     provider = TracerProvider()
@@ -113,6 +196,9 @@ def main() -> None:
         print(f"agent-chronicle crossing      {chronicle_us:8.2f} us")
         print(f"ratio tailcut / chronicle     {tailcut_us / chronicle_us:8.2f}x")
         print(f"ratio chronicle / bare span   {chronicle_us / bare_us:8.2f}x")
+    compare_canonical(args.crossings, args.rounds)
+    if args.profile:
+        profile_crossing(with_tailcut, args.crossings)
     provider.shutdown()
 
 

@@ -19,9 +19,9 @@ from typing import Any, TypeVar, overload
 from opentelemetry.trace import SpanKind
 
 from tailcut import attributes as attr
-from tailcut._recorder import BoundarySpan, start_boundary, start_span
+from tailcut._recorder import BoundarySpan, recordable, start_boundary, start_span
 from tailcut._run_state import _ATTEMPT
-from tailcut.canonical import canonical_json, sha256_hex
+from tailcut.canonical import sha256_hex
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -338,7 +338,7 @@ def _make_boundary_decorator(kind: str) -> Callable[..., Any]:
                 if description:
                     extra[attr.GEN_AI_TOOL_DESCRIPTION] = description
                 if schema is not None:
-                    schema_json = canonical_json(schema)
+                    schema_json = recordable(schema)[1].decode("utf-8")  # an int-keyed one is tagged
                     extra[attr.TOOL_SCHEMA] = schema_json
                     extra[attr.TOOL_SCHEMA_SHA256] = sha256_hex(schema_json)
             elif kind == "retriever":

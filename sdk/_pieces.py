@@ -113,16 +113,17 @@ class _Pieces:
         #: text -> sha256 of pieces seen before (a dict lookup is cheaper than hashing again)
         self.known = known if known is not None else {}
 
-    def add(self, text: str) -> str:
-        """Add ``text`` and return the hash whose placeholder stands for it."""
+    def add(self, text: str, sha256: str | None = None) -> str:
+        """Add ``text`` and return the hash whose placeholder stands for it (``sha256``, if the caller
+        has it already, spares hashing the text again)."""
         if len(text) * 4 > self.limit:
             data = text.encode("utf-8")
             if len(data) > self.limit:
                 return self._tree(data)
-        return self._put(text)
+        return self._put(text, sha256)
 
-    def _put(self, text: str) -> str:
-        sha = self.known.get(text)
+    def _put(self, text: str, sha256: str | None = None) -> str:
+        sha = sha256 or self.known.get(text)
         if sha is None:
             sha = self.known[text] = sha256_hex(text)
         self.pieces.setdefault(sha, text)
@@ -155,6 +156,7 @@ def split_payload(
     known: dict[str, str] | None = None,
     ledger: PieceLedger | None = None,
     value: Any = None,
+    sha256: str | None = None,
 ) -> Split | None:
     """The skeleton and pieces of a payload's canonical JSON, or None to record it as it is.
 
@@ -167,7 +169,8 @@ def split_payload(
     ``known`` (text -> sha256) memoises the hashes of pieces seen before. With ``ledger`` a list that
     extends one of the ledger's chains is split from where that chain ends (see the module docstring),
     and ``value``, if it is the dict ``text`` is the canonical JSON of, spares parsing the whole text:
-    only the skeleton and the new elements are parsed back (the result is the same).
+    only the skeleton and the new elements are parsed back (the result is the same). ``sha256``, the
+    hash of ``text`` if the caller computed it, is the hash of a payload that becomes one piece.
     """
     if structured:
         fields = None
@@ -186,7 +189,7 @@ def split_payload(
     if len(text) < MIN_PIECE and len(text.encode("utf-8")) <= limit:
         return None
     pieces = _Pieces(limit, known)
-    return Split(placeholder(pieces.add(text)), pieces.pieces)
+    return Split(placeholder(pieces.add(text, sha256)), pieces.pieces)
 
 
 class _Unstable(Exception):
@@ -469,13 +472,15 @@ def recorded_pieces(
     field: str,
     text: str,
     value: Any = None,
+    sha256: str | None = None,
 ) -> tuple[str, dict[str, Any]] | None:
     """The skeleton to record for a payload and the span attributes carrying its new pieces.
 
     An LLM request is split into its messages, tools and instructions; any payload over the inline
     limit into chunks. None when the payload is recorded as it is. The pieces travel in
     ``<payload attribute>.pieces`` and the skeleton is marked by ``<payload attribute>.pieced``.
-    ``value``, if given, is the object ``text`` is the canonical JSON of (see :func:`split_payload`).
+    ``value``, if given, is the object ``text`` is the canonical JSON of, and ``sha256`` its hash (see
+    :func:`split_payload`).
     """
     split = split_payload(
         text,
@@ -483,6 +488,7 @@ def recorded_pieces(
         structured=kind == "llm" and field == "request",
         ledger=ledger,
         value=value,
+        sha256=sha256,
     )
     if split is None:
         return None

@@ -154,7 +154,7 @@ def encode_payload(
     elif (
         ledger is not None
         and not config.self_contained
-        and (pieced := recorded_pieces(config, ledger, kind, field, text, source)) is not None
+        and (pieced := recorded_pieces(config, ledger, kind, field, text, source, sha)) is not None
     ):
         inline = pieced[0]
         if size_key is not None:

@@ -345,3 +345,18 @@ def test_integers_and_floats_keep_their_kind():
         == '{"a":1250,"b":1250.0,"c":-0.0,"d":1e+16}'
     )
     assert canonical_bytes(1) != canonical_bytes(1.0)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"\ufb33": 1, '\U0001f600"x\\': 2},  # an escaped quote, then a backslash before the closing one
+        {"\ufb33": 1, "\\": "\U0001f600", "\U0001f600\\": 3},
+        {"\ufb33": ["\U0001f600", '\\"\U0001f600"\\'], "\U0001f600": {"\ufb33": 0, "\U0001f601": 1}},
+        {"k": "\U0001f600", "\ufb33": "\U00010000", "\U0010ffff": "\U0001f600"},
+        {"\ue000": 1, "\U00010000": 2, "\ud7ff": 3},  # the edges of the ranges that sort otherwise
+    ],
+)
+def test_astral_keys_are_found_among_astral_values(value):
+    assert canonical_bytes(value) == _canonical_bytes_slow(value)
+    assert json.loads(canonical_bytes(value), object_pairs_hook=_assert_sorted) == value

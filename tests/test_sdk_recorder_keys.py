@@ -55,3 +55,14 @@ def test_the_same_call_with_keys_in_another_order_hashes_alike():
         == '{"counts":{"$map":[[2,"b"],[3,"c"]]}}'
     )
     assert first.attributes[attr.RESPONSE_SHA256] == second.attributes[attr.RESPONSE_SHA256]
+
+
+def test_a_tool_schema_with_non_string_keys_does_not_stop_the_import():
+    @tailcut.tool(name="odd", schema={"type": "object", "enum_labels": {1: "one"}})
+    def odd() -> int:
+        return 1
+
+    with capture_spans() as spans, tailcut.run("agent"):
+        assert odd() == 1
+    [span] = _tool_spans(spans)
+    assert span.attributes[attr.TOOL_SCHEMA] == '{"enum_labels":{"$map":[[1,"one"]]},"type":"object"}'
