@@ -104,15 +104,15 @@ traces the features describe reads the roles of the traces far from the referenc
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from tailcut import attributes as attr
 from tailcut.analysis import _features, _features_coverage, _features_stored, _rules
 from tailcut.analysis._candidates import read_candidates, repeats_trusted, survey
-from tailcut.analysis._rules import findings_schema
-from tailcut.analysis._thresholds import Thresholds
 from tailcut.analysis._toolcalls import (
     SchemaBook,
     check_calls,
@@ -121,6 +121,7 @@ from tailcut.analysis._toolcalls import (
     representative_lists,
     third_party_lists,
 )
+from tailcut.errors import ConfigError
 
 if TYPE_CHECKING:
     import duckdb
@@ -139,6 +140,111 @@ _DRIFT_BOTH: Final = 0.9
 _SCRATCH_TABLES: Final = ("_scores", "_per_call", "_candidates", "_rows", "_roles", "_spans_roles")
 #: Where the roles of the traces the features do not describe are put together (then added to ``_roles``).
 _SPANS_ROLES: Final = "_spans_roles"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The classifier's thresholds (see the rule table in :mod:`tailcut.analysis._classify`).
+
+    Attributes
+    ----------
+    loop_min_repeats : int, default 3
+        First-attempt calls with the same tool and canonical arguments that make a ``tool_loop``.
+    structure_z : float, default 6.0
+        Robust z of depth or span count against the reference that makes a ``tool_loop``.
+    cost_z : float, default 6.0
+        Robust z of total tokens or LLM calls (and of one call's tokens, for the first span) that makes a
+        ``cost_blowup``.
+    duration_z : float, default 20.0
+        Robust z of duration that makes a ``cost_blowup``; far higher than ``cost_z`` because wall-clock
+        time has heavy tails that come from the machine (load, pauses), not the agent: on the demo fleet
+        a run slowed tenfold by its host reaches z ≈ 12 while its tokens and calls are ordinary.
+    min_relative_scale : float, default 0.1
+        Floor of a z-score's scale, as a share of the reference median.
+    min_baseline : int, default 20
+        Reference traces an agent needs before its z-scores are computed.
+    score_threshold : float, default 0.5
+        An ``outcome_score`` below it is a ``silent_degradation``.
+    degraded_finish_reasons : tuple of str
+        Finish reasons of a final answer that mean it was cut off or withheld (OpenAI's ``length`` and
+        ``content_filter``, Anthropic's ``max_tokens`` and ``refusal``).
+    drift_min_attempts : int, default 2
+        Identical attempts that must fail identically to signal ``schema_drift``.
+    transient_errors : str
+        Regular expression (matched against the lower-cased error type and message) of errors that are
+        transient, so identical retries of them are not drift: timeouts, rate limits, unavailability.
+    trust_recorded_counts : bool, default True
+        Skip re-validating LLM spans whose SDK-recorded ``tailcut.schema_violations`` is 0 when every
+        schema they showed is the enforced one (the same jsonschema check already ran at record time).
+    trust_trace_signals : bool, default True
+        Take the traces that may repeat a tool call from ``traces.max_tool_repeat`` (the collector counted
+        them from the same spans) instead of grouping every tool call of the data dir; ignored when the
+        ``traces`` rows do not account for every kept span (see :func:`._candidates.repeats_trusted`).
+    """
+
+    loop_min_repeats: int = 3
+    structure_z: float = 6.0
+    cost_z: float = 6.0
+    duration_z: float = 20.0
+    min_relative_scale: float = 0.1
+    min_baseline: int = 20
+    score_threshold: float = 0.5
+    degraded_finish_reasons: tuple[str, ...] = ("length", "content_filter", "max_tokens", "refusal")
+    drift_min_attempts: int = 2
+    transient_errors: str = (
+        r"timeout|timed out|rate.?limit|too many requests|\b429\b|\b503\b|unavailable|temporar|"
+        r"connection (reset|refused|aborted)|overloaded"
+    )
+    trust_recorded_counts: bool = True
+    trust_trace_signals: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loop_min_repeats < 2:
+            raise ConfigError(f"loop_min_repeats must be at least 2, got {self.loop_min_repeats}")
+        if self.drift_min_attempts < 2:
+            raise ConfigError(f"drift_min_attempts must be at least 2, got {self.drift_min_attempts}")
+        if self.min_baseline < 1:
+            raise ConfigError(f"min_baseline must be at least 1, got {self.min_baseline}")
+        for name in ("structure_z", "cost_z", "duration_z"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.min_relative_scale < 0:
+            raise ConfigError(f"min_relative_scale must be ≥ 0, got {self.min_relative_scale}")
+        if not 0 <= self.score_threshold <= 1:
+            raise ConfigError(f"score_threshold must lie in [0, 1], got {self.score_threshold}")
+        try:
+            re.compile(self.transient_errors)
+        except re.error as exc:
+            raise ConfigError(f"transient_errors is not a regular expression: {exc}") from None
+
+    def parameters(self) -> dict[str, Any]:
+        """The thresholds as the named parameters of the classifier's SQL."""
+        values = asdict(self)
+        values["degraded_finish_reasons"] = list(self.degraded_finish_reasons)
+        del values["trust_trace_signals"]
+        return values
+
+
+def findings_schema() -> pa.Schema:
+    """The Arrow schema of the ``findings`` table."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("trace_id", pa.string(), nullable=False),
+            pa.field("category", pa.string(), nullable=False),
+            pa.field("span_id", pa.string()),
+            pa.field("span_name", pa.string()),
+            pa.field("span_kind", pa.string()),
+            pa.field("boundary", pa.string()),
+            pa.field("occurrence", pa.int32()),
+            pa.field("seq", pa.int32()),
+            pa.field("layer", pa.string(), nullable=False),
+            pa.field("evidence", pa.string(), nullable=False),
+            pa.field("confidence", pa.float64(), nullable=False),
+            pa.field("signals", pa.list_(pa.string()), nullable=False),
+        ]
+    )
 
 
 def _run(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> pa.Table:
@@ -305,11 +411,11 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted.
 
     From the features written with the spans for the traces they describe
-    (:func:`._features_coverage.usable`), from a survey of the spans and the suspects' spans for the others.
-    The ``tool_loop`` and ``silent_degradation`` findings the writers judged stand unless
-    :func:`._features_coverage.written_judgments_hold` says otherwise; ``tool_loop`` is judged again for the
-    traces far from the reference when one is far in depth or span count (that may make one, or add to it:
-    :func:`_far_in_structure`).
+    (:func:`._features_coverage.usable`), from a survey of the spans and the suspects' spans for the
+    others. The ``tool_loop`` and ``silent_degradation`` findings the writers judged stand unless
+    :func:`._features_coverage.written_judgments_hold` says otherwise; ``tool_loop`` is judged again for
+    the traces far from the reference when one is far in depth or span count (that may make one, or add
+    to it: :func:`_far_in_structure`).
 
     The statements that do not wait on each other run at once, on cursors of the dataset's connection in
     two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
@@ -350,7 +456,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
                 book = found.book
             else:
                 found, book = None, load_schema_book(*schemas)
-            local, retries, problems = _features_stored.read(book, stored.checks)
+            local, retries, problems = _features_stored.read(book, stored.checks, findings_schema())
             roles_filled.result()
             local = _standing(local, connection, written=written, loops=loops)
             if found is not None:

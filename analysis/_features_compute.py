@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from tailcut.analysis._thresholds import Thresholds
+    from tailcut.analysis._classify import Thresholds
 
 _logger = logging.getLogger("tailcut.analysis")
 
@@ -286,7 +286,7 @@ def trace_features(
     import duckdb
     import pyarrow.compute as pc
 
-    from tailcut.analysis._thresholds import Thresholds
+    from tailcut.analysis._classify import Thresholds
     from tailcut.exporters import schema
 
     own = session is None
@@ -320,6 +320,8 @@ def trace_features(
 def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.Table:
     """The features of the batch registered as ``batch`` and viewed as ``spans`` (see the module doc)."""
     import pyarrow as pa
+
+    from tailcut.analysis._classify import findings_schema
 
     [(owner, third_party, listed, enforcing, failed_root, retried)] = connection.execute(_SHAPE).fetchall()
     lists: list[tuple[str, str, str | None]] = []
@@ -356,7 +358,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         for q, needed in queries
         if needed
     ]
-    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(_rules.findings_schema()) for t in local]
+    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema()) for t in local]
     connection.register("_local", pa.concat_tables([*local, violations]))
     connection.register("_calls", calls)
     connection.register(

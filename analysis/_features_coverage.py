@@ -24,8 +24,8 @@ from tailcut.analysis._features import CHECKS_TABLE, CHECKS_VIEW, TABLE, VIEW, r
 if TYPE_CHECKING:
     import duckdb
 
+    from tailcut.analysis._classify import Thresholds
     from tailcut.analysis._dataset import Dataset
-    from tailcut.analysis._thresholds import Thresholds
 
 #: The relations :func:`usable` makes are of the main schema, not temporary ones (those of ``_checks`` aside,
 #: read by the connection alone): the classifier runs statements that read them on cursors of its own.
@@ -133,11 +133,9 @@ def written_judgments_hold(coverage: Coverage | None, limits: Thresholds) -> boo
     their roles read, and ``tool_loop`` is judged again for them alone. Not when some trace is classified
     from its spans (their roles are judged with the others'), a ``traces`` row may restate an outcome,
     or ``limits`` sets other thresholds for those two categories."""
-    from tailcut.analysis._thresholds import Thresholds
-
     if coverage is None or coverage.partial or coverage.restated:
         return False
-    defaults = Thresholds()
+    defaults = type(limits)()  # the thresholds the writers judged with (importing them would be a cycle)
     return all(getattr(limits, name) == getattr(defaults, name) for name in _DEFAULT_JUDGMENT)
 
 

@@ -46,16 +46,18 @@ def stored(dataset: Dataset, coverage: Coverage) -> Stored:
     return Stored(lists, sorted((t, s, schema) for (t, s), schema in enforced.items()), checks)
 
 
-def read(book: _toolcalls.SchemaBook, checks: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+def read(
+    book: _toolcalls.SchemaBook, checks: pa.Table, findings: pa.Schema
+) -> tuple[pa.Table, pa.Table, pa.Table]:
     """From the ``checks`` rows of :func:`stored`: the findings written with the features but
     ``schema_drift`` (``error``, ``schema_violation``, and ``tool_loop`` and ``silent_degradation`` as the
-    writers judged them: see :func:`written_judgments_hold`), the ``schema_drift`` findings of identical
-    retries and the drift problems of the stored tool calls (judged against ``book``; a table of
-    :func:`._toolcalls.problems_schema`). No SQL: the classifier runs this while its first statements run."""
+    writers judged them: see :func:`._features_coverage.written_judgments_hold`), in the classifier's
+    ``findings`` schema, the ``schema_drift`` findings of identical retries and the drift problems of the
+    stored tool calls (judged against ``book``; a table of :func:`._toolcalls.problems_schema`). No SQL: the
+    classifier runs this while its first statements run."""
     import pyarrow.compute as pc
 
-    local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS))
-    local = local.cast(_rules.findings_schema())
+    local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings)
     drift = pc.equal(local["category"], "schema_drift")
     calls = _flatten(checks, "calls").sort_by(
         [("trace_id", "ascending"), ("seq", "ascending"), ("call_index", "ascending")]

@@ -20,10 +20,7 @@ They run over small tables the classifier builds first, never over the Parquet f
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from typing import Any, Final
 
 FINDING_COLUMNS: Final = (
     "trace_id",
@@ -39,28 +36,6 @@ FINDING_COLUMNS: Final = (
     "confidence",
     "signals",
 )
-
-
-def findings_schema() -> pa.Schema:
-    """The Arrow schema of the ``findings`` table."""
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            pa.field("trace_id", pa.string(), nullable=False),
-            pa.field("category", pa.string(), nullable=False),
-            pa.field("span_id", pa.string()),
-            pa.field("span_name", pa.string()),
-            pa.field("span_kind", pa.string()),
-            pa.field("boundary", pa.string()),
-            pa.field("occurrence", pa.int32()),
-            pa.field("seq", pa.int32()),
-            pa.field("layer", pa.string(), nullable=False),
-            pa.field("evidence", pa.string(), nullable=False),
-            pa.field("confidence", pa.float64(), nullable=False),
-            pa.field("signals", pa.list_(pa.string()), nullable=False),
-        ]
-    )
 
 
 def named_parameters(query: str, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 
 from tailcut import attributes as attr
 from tailcut.analysis import CATEGORIES, Dataset, Thresholds, _features_coverage
+from tailcut.analysis._features_worker import FeatureHook
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.exporters import DataDirWriter, schema
 
@@ -490,7 +491,7 @@ def build(path: Path, spans_wanted: int, seed: int = 7, *, interleave: bool = Fa
     first = 0
     total_spans = 0
     held: list[pa.Table] = []
-    with DataDirWriter(path) as writer:
+    with DataDirWriter(path, hooks=[FeatureHook()]) as writer:  # as the collector and ingest write
         for name, (_, make) in TEMPLATES.items():
             template = make()
             done = 0
@@ -544,7 +545,7 @@ def add_late_spans(path: Path, count: int, rng: np.random.Generator) -> None:
     )
     for name in ("span_index", "subtree_end"):
         rows = rows.set_column(rows.schema.get_field_index(name), name, ends.cast(pa.int32()))
-    with DataDirWriter(path) as writer:
+    with DataDirWriter(path, hooks=[FeatureHook()]) as writer:  # as the collector and ingest write
         writer.write_spans(rows)
 
 
