@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
-from tailcut.analysis._dataset import maps_errors
-from tailcut.analysis._errors import AnalysisError
+from tailcut.analysis._errors import AnalysisError, maps_errors
 from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
 from tailcut.analysis._power import POWER, Guidance, guidance, traces_per_group
 from tailcut.analysis._records import difference_record

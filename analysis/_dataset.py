@@ -11,12 +11,11 @@ files after :meth:`Dataset.refresh`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 from tailcut.analysis import _findings, _pieces, _source
 from tailcut.analysis._errors import QueryError, UnknownTraceError, translate
@@ -62,25 +61,6 @@ def _duckdb() -> Any:
             'tailcut.analysis needs duckdb: pip install "tailcut[pipeline]"'
         ) from exc
     return duckdb
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def maps_errors(function: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run a function whose first argument is a :class:`Dataset` inside :meth:`Dataset.reading`, so
-    the DuckDB errors of the queries it runs reach its caller as tailcut's (the public functions over a
-    dataset: ``build_report``, ``compare_by``, ``select_corpus``, ...)."""
-
-    @functools.wraps(function)
-    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        dataset = args[0]
-        assert isinstance(dataset, Dataset), f"{function.__name__} takes a Dataset first"
-        with dataset.reading():
-            return function(*args, **kwargs)
-
-    return run
 
 
 def _parameters(params: Sequence[Any] | Mapping[str, Any] | None) -> list[Any] | dict[str, Any] | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Final, ParamSpec, TypeVar
 
 from tailcut.errors import TailcutError
 
@@ -157,3 +159,22 @@ def query_error(error: Exception, query: str | None = None) -> QueryError:
 
 
 _LINE: Final = re.compile(r"^LINE (\d+): (.*)$")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def maps_errors(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a function whose first argument is a ``Dataset`` inside its ``reading()``, so the DuckDB
+    errors of the queries it runs reach its caller as tailcut's (the public functions over a dataset:
+    ``build_report``, ``compare_by``, ``select_corpus``, ...). It lives here, below ``Dataset``, so
+    that the modules ``Dataset`` calls into can use it without an import cycle."""
+
+    @functools.wraps(function)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        dataset = args[0]  # a Dataset (duck-typed: this module sits below it)
+        with dataset.reading():  # type: ignore[attr-defined]
+            return function(*args, **kwargs)
+
+    return run

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 from tailcut.analysis import stats
 from tailcut.analysis._classify import CATEGORIES
-from tailcut.analysis._dataset import maps_errors
+from tailcut.analysis._errors import maps_errors
 from tailcut.analysis._verdict import GroupCounts, PopulationSample
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from tailcut._atomic import replacing
 from tailcut.analysis import stats
-from tailcut.analysis._dataset import maps_errors
+from tailcut.analysis._errors import maps_errors
 from tailcut.analysis._estimates import TAIL_KEPT, CategoryRate, category_rates
 from tailcut.analysis._power import POWER, detectable_difference
 from tailcut.analysis._records import estimate_record, value_record

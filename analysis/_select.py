@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis._classify import CATEGORIES
-from tailcut.analysis._dataset import maps_errors
-from tailcut.analysis._errors import AnalysisError
+from tailcut.analysis._errors import AnalysisError, maps_errors
 
 if TYPE_CHECKING:
     from tailcut.analysis._dataset import Dataset
