@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 from tailcut.collector._decide import TraceDecision
 from tailcut.collector._encode import request_of
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._rows import TraceRow
 from tailcut.exporters._location import location
+from tailcut.signals import TRACES_COLUMNS, TraceRow, complete_row
 
 SPANS: Final = 1
 DECIDED: Final = 2
@@ -95,19 +95,31 @@ def read_spans(payload: bytes) -> tuple[float, list[LateEntry], bytes]:
 
 
 def decided_record(trace_id: bytes, span_count: int, row: TraceRow) -> tuple[int, bytes]:
-    return DECIDED, trace_id + orjson.dumps([span_count, list(row)])
+    """A ``DECIDED`` record: the row by column name, so a log outlives a change of columns."""
+    return DECIDED, trace_id + orjson.dumps([span_count, row])
 
 
 def read_decided(payload: bytes) -> tuple[bytes, int, TraceRow]:
+    """``(trace id, spans covered, row)`` of a ``DECIDED`` record, the row with today's columns.
+
+    Logs written before rows were recorded by name hold the values in the column order of
+    :data:`tailcut.signals.TRACES_COLUMNS` (columns were only ever appended to it).
+    """
     span_count, fields = orjson.loads(payload[16:])
-    return payload[:16], span_count, TraceRow(*fields)
+    if isinstance(fields, list):
+        fields = dict(zip(TRACES_COLUMNS, fields, strict=False))
+    return payload[:16], span_count, complete_row(fields)
 
 
 def decision_of(row: TraceRow) -> TraceDecision:
     """The decision a ``traces`` row records (``slice_only`` is not in the row: a decision replayed from
     the log forwards its spans with their upstream ``tracestate`` as received)."""
     return TraceDecision(
-        row.kept, tuple(row.policies), row.baseline, row.inclusion_probability, row.head_probability
+        row["kept"],
+        tuple(row["policies"]),
+        row["baseline"],
+        row["inclusion_probability"],
+        row["head_probability"],
     )
 
 

@@ -44,7 +44,7 @@ from tailcut.collector._cache import DecisionCache
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._facts import agent_name, model_pricer, root_facts
+from tailcut.collector._facts import model_pricer, root_facts
 from tailcut.collector._headsampling import probability as head_probability
 from tailcut.collector._journal import (
     CLOSED,
@@ -67,16 +67,15 @@ from tailcut.collector._journal import (
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, any_value, overloaded, request_spans
 from tailcut.collector._receivers import IngestResult
-from tailcut.collector._rows import TraceRow
-from tailcut.collector._signals import SIGNAL_READERS, tally_of
+from tailcut.collector._signals import SIGNAL_READERS, describe, earliest_span, root_attributes, tally_of
 from tailcut.collector._sink import KeptSpans, RawSpan, Sink
 from tailcut.collector._votes import TraceView
 from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
 from tailcut.exporters._pricing import default_pricing
+from tailcut.signals import TraceRow, traces_row
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
-_new = tuple.__new__
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _SIGNAL_PREFIX = "tailcut.trace."
@@ -119,7 +118,7 @@ class OpenRow:
         self.closes_at = closes_at
         self.late_spans = 0
         #: span_index the next late span of the trace starts at.
-        self.next_index = row.span_count
+        self.next_index = row["span_count"]
 
 
 class Processor:
@@ -287,7 +286,7 @@ class Processor:
                     trace = self.buffer.get(trace_id)
                     if trace is not None:
                         self.buffer.remove(trace)
-                        self._redecide(trace, span_count, row, clock(row.decided_at / 1e9))
+                        self._redecide(trace, span_count, row, clock(row["decided_at"] / 1e9))
                 elif kind == COMPACT:
                     trace_id, first_seen, body = read_compact(payload)
                     trace = self.buffer.get(trace_id)
@@ -334,7 +333,7 @@ class Processor:
         if done is not None and (
             done.has_batch(item.trace_id, item.index_base)
             if isinstance(item, KeptSpans)
-            else item.trace_id in done.rows
+            else item["trace_id"] in done.rows
         ):
             if hold is not None and self.wal is not None:
                 self.wal.release(hold.segments)
@@ -534,12 +533,9 @@ class Processor:
                     last_id = trace_id
                 assert trace is not None
                 attributes = span.attributes
-                kind = trace.tally.add(span, attributes, span_id, parent)
-                if not parent:
-                    if trace.root is None:
-                        trace.root = root_facts(span, attributes)
-                elif kind == "agent" and trace.agent_name is None:
-                    trace.agent_name = agent_name(attributes)
+                trace.tally.add(span, attributes, span_id, parent)
+                if not parent and trace.root is None:
+                    trace.root = root_facts(span, attributes)
                 if span_keys:
                     values = trace.values
                     for key in span_keys:
@@ -693,27 +689,28 @@ class Processor:
     def _finish_row(self, trace_id: bytes, open_row: OpenRow) -> None:
         row = open_row.row
         self._record(closed_record(trace_id))
-        self._emit(
-            row._replace(late_spans=open_row.late_spans) if open_row.late_spans else row, open_row.hold
-        )
+        if open_row.late_spans:
+            row["late_spans"] = open_row.late_spans  # logged already (DECIDED), so changed in place
+        self._emit(row, open_row.hold)
         if open_row.decision.kept:
             self.sampled_cache.put(trace_id, (open_row.decision, open_row.decided_at, open_row.next_index))
         else:
             self.dropped_cache.put(trace_id, open_row.decided_at)
 
     def _decide(self, trace: PendingTrace, reason: str, now: float) -> None:
-        signals = trace.tally.signals(trace.datas, self._cost)
+        tally = trace.tally
+        signals = tally.signals(trace.datas, self._cost)
         root = trace.root
-        # The service is the (last) root's (as in the exporters' signals), else the first span's.
-        service_name = (trace.origins[0] if root is None else trace.root_origin).service_name
         resource_values: list[dict[str, list[Any]]] = []
-        if service_name is None or self._resource_keys:
+        origins: Any = ()
+        if self._resource_keys:
             origins = {id(origin): origin for origin in trace.origins}.values()
-            service_name = next((origin.service_name for origin in origins if origin.service_name), None)
             resource_values = [origin.values for origin in origins if origin.values]
+        service_name = _service_name(trace, origins)
+        describe(signals, trace.trace_id, root, tally, service_name)
         duration_ms = signals.duration_ms
         measures = (signals.total_tokens, duration_ms, signals.span_count)
-        anomaly_key = (service_name, root.name if root is not None else None)
+        anomaly_key = (service_name, signals.root_name)
         anomaly_score = self.anomaly.score(anomaly_key, measures)
         values: dict[str, Any] = trace.values
         if self._signal_keys or resource_values:
@@ -730,9 +727,9 @@ class Processor:
             signals.span_count,
             signals.start_ns,
             signals.end_ns,
-            signals.status_mask,
+            tally.status_mask,
             values,
-            head_probability(trace.tally.head_threshold),
+            head_probability(tally.head_threshold),
         )
         decision, _, vote_keys = self.policies.decide(view, now)
         if decision.baseline or not self.policies.baseline_policies:
@@ -744,53 +741,19 @@ class Processor:
         ] += 1
         metrics.decisions[reason, decision.kept] += 1
         metrics.trace_removal_age.observe(now - trace.first_seen)
-        root_values = root.values if root is not None else _NO_VALUES
-        agent = root_values.get("agent_name") or trace.agent_name
-        score = root_values.get("outcome_score")
-        # positional, in the field order (keywords cost several microseconds per trace)
-        row = _new(
-            TraceRow,
-            (
-                trace.trace_id.hex(),  # trace_id
-                service_name,
-                root.name if root is not None else None,  # root_name
-                agent if type(agent) is str else None,  # agent_name
-                signals.start_ns,  # start_time
-                signals.end_ns,  # end_time
-                duration_ms,
-                signals.span_count,
-                signals.error_count,
-                signals.llm_calls,
-                signals.tool_calls,
-                signals.input_tokens,
-                signals.output_tokens,
-                signals.max_depth,
-                signals.max_tool_repeat,
-                signals.schema_violations,
-                anomaly_score,
-                _text(root_values.get("outcome")),  # outcome
-                float(score) if type(score) in (int, float) else None,  # outcome_score
-                _text(root_values.get("harness_revision")),  # harness_revision
-                decision.kept,
-                list(decision.policies),  # policies
-                decision.baseline,
-                decision.inclusion_probability,
-                decision.head_probability,
-                reason,  # decision_reason
-                time.time_ns(),  # decided_at
-                _text(root_values.get("env_revision")),  # env_revision
-                _text(root_values.get("prompt_version")),  # prompt_version
-                root is not None,  # has_root
-                signals.orphan_count,
-                0,  # late_spans
-                signals.cost_usd,
-                _text(root_values.get("session_id")),  # session_id
-                _text(root_values.get("user_id")),  # user_id
-                _text(root_values.get("conversation_id")),  # conversation_id
-            ),
+        row = traces_row(
+            signals,
+            kept=decision.kept,
+            decision_reason=reason,
+            policies=decision.policies,
+            baseline=decision.baseline,
+            inclusion_probability=decision.inclusion_probability,
+            head_probability=decision.head_probability,
+            decided_at_ns=time.time_ns(),
+            anomaly_score=anomaly_score,
         )
         self._record(decided_record(trace.trace_id, len(trace.datas), row))
-        written = signals.attributes(anomaly_score) if decision.kept else _NO_VALUES  # on the root
+        written = root_attributes(signals, anomaly_score) if decision.kept else _NO_VALUES  # on the root
         self._settle(trace, decision, row, written, now)
 
     def _redecide(self, trace: PendingTrace, span_count: int, row: TraceRow, decided_at: float) -> None:
@@ -801,12 +764,12 @@ class Processor:
             del datas[span_count:], trace.origins[span_count:]
             trace.tally = tally_of(datas)
         signals = trace.tally.signals(datas, self._cost)
-        if row.baseline or not self.policies.baseline_policies:
+        if row["baseline"] or not self.policies.baseline_policies:
             self.anomaly.observe(
-                (row.service_name, row.root_name),
+                (row["service_name"], row["root_name"]),
                 (signals.total_tokens, signals.duration_ms, signals.span_count),
             )
-        self._settle(trace, decision_of(row), row, signals.attributes(row.anomaly_score), decided_at)
+        self._settle(trace, decision_of(row), row, root_attributes(signals, row["anomaly_score"]), decided_at)
         if extra:
             self._late(trace.trace_id, extra, decided_at)
 
@@ -855,5 +818,13 @@ def _raw(trace: PendingTrace) -> list[RawSpan]:
     return [RawSpan(data, origin) for data, origin in zip(trace.datas, trace.origins, strict=True)]
 
 
-def _text(value: Any) -> str | None:
-    return value if type(value) is str else None
+def _service_name(trace: PendingTrace, origins: Any) -> str | None:
+    """The trace's service (:mod:`tailcut.signals`): its root's, else its earliest span's; when that one
+    names none, the first that does among ``origins`` (the trace's distinct origins, or empty: found here).
+    """
+    # without a root (rare), the earliest span is found by reading the spans again
+    origin = trace.root_origin if trace.root is not None else trace.origins[earliest_span(trace.datas)]
+    if origin.service_name is not None:
+        return origin.service_name
+    origins = origins or {id(origin): origin for origin in trace.origins}.values()
+    return next((origin.service_name for origin in origins if origin.service_name), None)

@@ -41,13 +41,14 @@ from tailcut.collector._headsampling import forwarded_tracestate
 from tailcut.collector._journal import published_record
 from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._otlp import SpanTraceState
-from tailcut.collector._rows import TraceRow, traces_table
+from tailcut.collector._rows import traces_table
 from tailcut.collector._wal import WriteAheadLog
 from tailcut.collector._whole import self_contained
 from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
 from tailcut.exporters._location import is_remote
 from tailcut.exporters._varint import encode_varint
+from tailcut.signals import TraceRow
 
 if TYPE_CHECKING:
     from tailcut.analysis._refresh import FindingsRefresher
