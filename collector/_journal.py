@@ -95,15 +95,17 @@ def read_spans(payload: bytes) -> tuple[float, list[LateEntry], bytes]:
 
 
 def decided_record(trace_id: bytes, span_count: int, row: TraceRow) -> tuple[int, bytes]:
-    """A ``DECIDED`` record: the row by column name, so a log outlives a change of columns."""
-    return DECIDED, trace_id + orjson.dumps([span_count, row])
+    """A ``DECIDED`` record: the row's values in the order of :data:`tailcut.signals.TRACES_COLUMNS`
+    (every row is built in it; names would add a few hundred bytes per trace to the log)."""
+    return DECIDED, trace_id + orjson.dumps([span_count, list(row.values())])
 
 
 def read_decided(payload: bytes) -> tuple[bytes, int, TraceRow]:
     """``(trace id, spans covered, row)`` of a ``DECIDED`` record, the row with today's columns.
 
-    Logs written before rows were recorded by name hold the values in the column order of
-    :data:`tailcut.signals.TRACES_COLUMNS` (columns were only ever appended to it).
+    Columns are only ever appended to :data:`tailcut.signals.TRACES_COLUMNS`, so a log written by an
+    older version holds a prefix of them (the rest take their defaults); a row recorded by name is
+    read as it is.
     """
     span_count, fields = orjson.loads(payload[16:])
     if isinstance(fields, list):

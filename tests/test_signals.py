@@ -226,3 +226,23 @@ def test_the_run_is_read_from_the_keys_it_names_in_their_order():
     assert tuple(signals.RUN_KEYS) == signals.RunFacts.__match_args__
     root = {"tailcut.outcome": "fail", "tailcut.outcome.score": "0.5", "user.id": 7, "session.id": "s"}
     assert signals.run_facts(root) == signals.RunFacts(outcome="fail", outcome_score=0.5, session_id="s")
+
+
+def test_a_logged_row_reads_back_whole_and_an_older_log_s_shorter_row_takes_defaults():
+    import orjson
+
+    from tailcut.collector._journal import decided_record, read_decided
+
+    row = signals.traces_row(
+        signals.TraceSignals(trace_id="ab", span_count=3), kept=True, decision_reason="idle"
+    )
+    _, payload = decided_record(bytes(16), 3, row)
+    assert read_decided(payload) == (bytes(16), 3, row)
+    older = bytes(16) + orjson.dumps([3, list(row.values())[:-4]])  # before cost and ids existed
+    assert read_decided(older)[2] == {
+        **row,
+        "cost_usd": None,
+        "session_id": None,
+        "user_id": None,
+        "conversation_id": None,
+    }
