@@ -33,7 +33,6 @@ class PendingTrace:
     """One trace in the buffer: its spans in arrival order and what was noted about it on the way."""
 
     __slots__ = (
-        "agent_name",
         "datas",
         "first_seen",
         "hold",
@@ -59,9 +58,8 @@ class PendingTrace:
         self.nbytes = 0
         #: Values of the attribute keys policies read, as found on the trace's spans.
         self.values: dict[str, list[Any]] = {}
-        #: What the ``traces`` row takes from the root span, and the first agent span's name.
+        #: What the ``traces`` row takes from the (first) root span.
         self.root: Any = None
-        self.agent_name: str | None = None
         #: Position of the first root span, and the origin of the last one (None without a root).
         self.root_index: int | None = None
         self.root_origin: Any = None

@@ -16,10 +16,10 @@ from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
-from tailcut.exporters._signals import ID_KEYS, trace_cost
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
 from tailcut.exporters.wire.values import any_int, any_value, encode_string_value
+from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, run_facts, trace_cost
 
 ERROR_STATUS: Final = 2
 #: Kinds by the encoded ``AnyValue`` of their ``tailcut.kind``.
@@ -46,16 +46,7 @@ _TOOL_NAME_KEYS: Final = (
 )
 _AGENT_NAME_KEYS: Final = (attr.GEN_AI_AGENT_NAME, names.OI_AGENT_NAME)
 _AGENT_SPAN_NAME_KEYS: Final = (*_AGENT_NAME_KEYS, names.TRACELOOP_ENTITY_NAME)
-#: Root-span attributes copied into the ``traces`` row.
-ROOT_KEYS: Final = {
-    "outcome": attr.OUTCOME,
-    "outcome_score": attr.OUTCOME_SCORE,
-    "harness_revision": attr.HARNESS_REVISION,
-    "env_revision": attr.ENV_REVISION,
-    "prompt_version": attr.PROMPT_VERSION,
-    **ID_KEYS,
-}
-_ROOT_ITEMS: Final = tuple(ROOT_KEYS.items())
+_RUN_KEYS: Final = tuple(RUN_KEYS.values())
 _TOOL_HASH: Final = blake2b(digest_size=16)
 _new = tuple.__new__
 _KIND: Final = attr.KIND
@@ -94,7 +85,8 @@ class RootFacts(NamedTuple):
     """What the ``traces`` row takes from the root span."""
 
     name: str
-    values: dict[str, Any]
+    run: RunFacts
+    agent_name: str | None  # the root's own (gen_ai.agent.name or OpenInference's)
 
 
 def _first(attributes: Any, keys: tuple[str, ...]) -> bytes | None:
@@ -205,24 +197,25 @@ def model_pricer(pricing: Pricing | None = None) -> Callable[[bytes | None, int,
 
 
 def trace_cost_usd(records: Sequence[SpanRecord], pricing: Pricing | None = None) -> float | None:
-    """A trace's ``cost_usd`` from its span records (as :func:`tailcut.exporters._signals.trace_cost`),
+    """A trace's ``cost_usd`` from its span records (as :func:`tailcut.signals.trace_cost`),
     at ``pricing`` (default: :func:`~tailcut.exporters._pricing.default_pricing`)."""
     cost = model_pricer(pricing)
     return trace_cost(records, lambda record: cost(record.model, record.input_tokens, record.output_tokens))
 
 
 def root_facts(span: Any, attributes: Any) -> RootFacts:
-    """The root span's name and the attributes the ``traces`` row copies (``attributes``: its map)."""
+    """The root span's name, run and agent, as the ``traces`` row copies them (``attributes``: its map)."""
     get = attributes.get
     values: dict[str, Any] = {}
-    for column, key in _ROOT_ITEMS:
+    for key in _RUN_KEYS:
         raw = get(key)
         if raw is not None:
-            values[column] = any_value(raw)
-    agent = _first(attributes, _AGENT_NAME_KEYS)
-    if agent is not None:
-        values["agent_name"] = any_value(agent)
-    return _new(RootFacts, (span.name.decode("utf-8", "replace"), values))
+            values[key] = any_value(raw)
+    run = run_facts(values) if values else NO_RUN
+    raw = _first(attributes, _AGENT_NAME_KEYS)
+    agent = any_value(raw) if raw is not None else None
+    name = span.name.decode("utf-8", "replace")
+    return _new(RootFacts, (name, run, agent if type(agent) is str and agent else None))
 
 
 def agent_name(attributes: Any) -> str | None:

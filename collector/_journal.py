@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 
 from tailcut.collector._decide import TraceDecision
 from tailcut.collector._errors import CollectorError
-from tailcut.collector._rows import TraceRow
 from tailcut.exporters._location import location
 from tailcut.exporters.wire.encode import request_of
+from tailcut.signals import TRACES_COLUMNS, TraceRow, complete_row
 
 SPANS: Final = 1
 DECIDED: Final = 2
@@ -95,19 +95,33 @@ def read_spans(payload: bytes) -> tuple[float, list[LateEntry], bytes]:
 
 
 def decided_record(trace_id: bytes, span_count: int, row: TraceRow) -> tuple[int, bytes]:
-    return DECIDED, trace_id + orjson.dumps([span_count, list(row)])
+    """A ``DECIDED`` record: the row's values in the order of :data:`tailcut.signals.TRACES_COLUMNS`
+    (every row is built in it; names would add a few hundred bytes per trace to the log)."""
+    return DECIDED, trace_id + orjson.dumps([span_count, list(row.values())])
 
 
 def read_decided(payload: bytes) -> tuple[bytes, int, TraceRow]:
+    """``(trace id, spans covered, row)`` of a ``DECIDED`` record, the row with today's columns.
+
+    Columns are only ever appended to :data:`tailcut.signals.TRACES_COLUMNS`, so a log written by an
+    older version holds a prefix of them (the rest take their defaults); a row recorded by name is
+    read as it is.
+    """
     span_count, fields = orjson.loads(payload[16:])
-    return payload[:16], span_count, TraceRow(*fields)
+    if isinstance(fields, list):
+        fields = dict(zip(TRACES_COLUMNS, fields, strict=False))
+    return payload[:16], span_count, complete_row(fields)
 
 
 def decision_of(row: TraceRow) -> TraceDecision:
     """The decision a ``traces`` row records (``slice_only`` is not in the row: a decision replayed from
     the log forwards its spans with their upstream ``tracestate`` as received)."""
     return TraceDecision(
-        row.kept, tuple(row.policies), row.baseline, row.inclusion_probability, row.head_probability
+        row["kept"],
+        tuple(row["policies"]),
+        row["baseline"],
+        row["inclusion_probability"],
+        row["head_probability"],
     )
 
 

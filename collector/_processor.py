@@ -19,19 +19,19 @@ with 400 and changes nothing.
 
 Durability: once :meth:`Processor.start` opened the write-ahead log (:mod:`._wal`, records in
 :mod:`._journal`), a request's spans are in the log before :meth:`Processor.ingest` returns, and every
-decision before its rows reach the writer (what the writer is handed is held back until the records
-are written). :meth:`Processor.recover` rebuilds the state from the log. An I/O error (the log or the
-data dir) makes ingest answer 503 with a retry delay until the writer can open the data dir again;
-then the state is rebuilt from the log, as after a crash, and the collector carries on by itself.
+decision before its rows reach the writer: everything goes through the :class:`~._commit.Committer`,
+which logs first and hands over after (and holds, releases and compacts log segments).
+:meth:`Processor.recover` rebuilds the state from the log (:mod:`._recovery` reads it; the
+``replay_*`` methods apply each record). An I/O error (the log or the data dir) makes ingest answer 503
+with a retry delay until the writer can open the data dir again; then the state is rebuilt from the
+log, as after a crash, and the collector carries on by itself.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import time
-from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from google.rpc import code_pb2
@@ -41,43 +41,26 @@ from tailcut import attributes as attr
 from tailcut.collector._anomaly import AnomalyScorer
 from tailcut.collector._buffer import Hold, PendingTrace, TraceBuffer
 from tailcut.collector._cache import DecisionCache
+from tailcut.collector._commit import Committer, raw_spans
 from tailcut.collector._config import CollectorConfig
 from tailcut.collector._decide import PolicySet, TraceDecision
-from tailcut.collector._errors import CollectorError
-from tailcut.collector._facts import agent_name, model_pricer, root_facts
+from tailcut.collector._facts import model_pricer, root_facts
 from tailcut.collector._headsampling import probability as head_probability
-from tailcut.collector._journal import (
-    CLOSED,
-    COMPACT,
-    DECIDED,
-    PUBLISHED,
-    SPANS,
-    LateEntry,
-    Published,
-    closed_record,
-    compact_record,
-    decided_record,
-    decision_of,
-    published,
-    read_compact,
-    read_decided,
-    read_spans,
-    spans_record,
-)
+from tailcut.collector._journal import LateEntry, closed_record, decided_record, decision_of, spans_record
 from tailcut.collector._metrics import TS, CollectorMetrics
 from tailcut.collector._otlp import OtlpError, overloaded, request_spans
 from tailcut.collector._receivers import IngestResult
-from tailcut.collector._rows import TraceRow
-from tailcut.collector._signals import SIGNAL_READERS, tally_of
-from tailcut.collector._sink import KeptSpans, RawSpan, Sink
+from tailcut.collector._recovery import open_log, replay_log
+from tailcut.collector._signals import SIGNAL_READERS, describe, earliest_span, root_attributes, tally_of
+from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import TraceView
-from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
+from tailcut.collector._wal import WalFailure, WriteAheadLog
 from tailcut.exporters._pricing import default_pricing
 from tailcut.exporters.wire.values import any_value
+from tailcut.signals import TraceRow, traces_row
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
-_new = tuple.__new__
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _SIGNAL_PREFIX = "tailcut.trace."
@@ -86,10 +69,6 @@ UNAVAILABLE_RETRY_AFTER: Final = 5.0
 #: Seconds between attempts to resume after an I/O error, at first and at most.
 RESET_BACKOFF: Final = 0.5
 RESET_MAX_BACKOFF: Final = 10.0
-#: Holds released together (see ``Processor._releases``).
-RELEASE_BATCH: Final = 1024
-#: Waiting traces looked at per decision round for compaction (:meth:`Processor._compact`).
-COMPACT_SCAN: Final = 10_000
 _BAD_IDS = (
     "spans need a 16-byte non-zero trace_id, an 8-byte non-zero span_id and an empty or 8-byte parent_span_id"
 )
@@ -120,7 +99,7 @@ class OpenRow:
         self.closes_at = closes_at
         self.late_spans = 0
         #: span_index the next late span of the trace starts at.
-        self.next_index = row.span_count
+        self.next_index = row["span_count"]
 
 
 class Processor:
@@ -150,6 +129,8 @@ class Processor:
         #: The prices ``cost_usd`` is computed with, read once at start (``$TAILCUT_PRICING`` included).
         self.pricing = default_pricing()
         self._cost = model_pricer(self.pricing)
+        #: What is logged ahead and handed to the writer (the write-ahead log, once opened, is its).
+        self.commits = Committer(sink, self._enter_fault)
         self._init_state()
         keys = self.policies.attribute_keys()
         self.span_keys = tuple(sorted(key for key in keys if not key.startswith(_SIGNAL_PREFIX)))
@@ -164,9 +145,6 @@ class Processor:
         ]
         #: Seconds between decision rounds: fine enough for the shortest wait, never busy.
         self.tick_interval = min(0.05, max(0.005, min(waits, default=1.0) / 10))
-        #: The write-ahead log, once :meth:`start` opened it.
-        self.wal: WriteAheadLog | None = None
-        self._replaying = False
         self._fault: BaseException | None = None
         self._in_fault = False
         self._reset_at = 0.0
@@ -193,56 +171,25 @@ class Processor:
         #: Whether some resource carried a policy key (then resource values join each trace's values).
         self._resource_keys = False
         self._origins: dict[tuple[bytes, bytes], Origin] = {}
-        #: Records and writer submissions of the request or round in progress (see :meth:`_commit`).
-        self._records: list[tuple[int, Payload]] = []
+        #: Decisions the request in progress's late spans followed (logged with the request).
         self._late_entries: list[LateEntry] = []
-        self._outbox: list[tuple[KeptSpans | TraceRow, Hold | None]] = []
-        #: Holds whose spans the request in progress added (they take its log segment).
-        self._touched: dict[Any, Hold] = {}
-        #: [highest writer sequence number, segment -> references, holds] of batches of holds, each
-        #: released once the writer published that far (batched: one entry per trace would cost memory).
-        self._releases: collections.deque[list[Any]] = collections.deque()
-        #: What a replay found already published (only while replaying).
-        self._published: Published | None = None
+        self.commits.reset()
 
     # --- the write-ahead log ------------------------------------------------------------------------
+    @property
+    def wal(self) -> WriteAheadLog | None:
+        """The write-ahead log, once :meth:`start` opened it."""
+        return self.commits.wal
+
+    @wal.setter
+    def wal(self, wal: WriteAheadLog | None) -> None:
+        self.commits.wal = wal
+
     def start(self) -> None:
         """Open the write-ahead log (unless disabled) and replay what it holds (:meth:`recover`)."""
-        settings = self.config.tailcut.wal
-        parquet = self.config.parquet
-        if not settings.enabled or (settings.directory is None and parquet is None):
+        wal = open_log(self.config, self.metrics)
+        if wal is None:
             return
-        histogram = self.metrics.wal_fsync_seconds
-
-        def log_in(directory: Path) -> WriteAheadLog:
-            wal = WriteAheadLog(
-                directory,
-                fsync=settings.fsync,
-                fsync_interval=settings.fsync_interval,
-                max_bytes=settings.max_bytes,
-                segment_bytes=settings.segment_bytes,
-                observe_fsync=histogram.observe,
-            )
-            try:
-                wal.open()
-            except OSError as exc:
-                raise CollectorError(
-                    f"cannot use the write-ahead log in {directory}: {exc.strerror or exc}"
-                ) from None
-            return wal
-
-        if settings.directory is not None:
-            wal = log_in(settings.directory)
-        else:  # several collectors may share a data dir: each takes the first free slot of its log
-            base = wal_directory(parquet.path)  # type: ignore[union-attr]
-            for slot in range(WAL_SLOTS):
-                try:
-                    wal = log_in(base / str(slot))
-                    break
-                except WalBusy:
-                    continue
-            else:
-                raise CollectorError(f"all {WAL_SLOTS} write-ahead log slots in {base} are in use")
         self.wal = self.sink.wal = wal
         self.metrics.gauges["tailcut_wal_bytes"] = lambda: wal.nbytes
         self.metrics.gauges["tailcut_wal_segments"] = lambda: len(wal.sizes)
@@ -256,59 +203,17 @@ class Processor:
             self.wal = self.sink.wal = None
 
     def recover(self, *, counted: bool = False) -> None:
-        """Rebuild the state the log describes: undecided traces buffered again, their clocks resumed.
+        """Rebuild the state the log describes: undecided traces buffered again, their clocks resumed
+        (:func:`~._recovery.replay_log`, through the ``replay_*`` methods below).
 
-        Decisions are re-applied as recorded (not re-evaluated), late spans follow them, and what a file
-        named in a ``PUBLISHED`` record already holds is not handed to the writer again. ``counted``:
-        this process already counted the decisions the log holds (a replay after an I/O fault), so the
-        summary's counts are restored afterwards rather than counting those traces twice.
+        ``counted``: this process already counted the decisions the log holds (a replay after an I/O
+        fault), so the summary's counts are restored afterwards rather than counting those traces twice.
         """
         before = self.counts.copy() if counted else None
-        wal = self.wal
-        assert wal is not None
-        names = [payload.decode() for _, kind, payload in wal.records() if kind == PUBLISHED]
         parquet = self.config.parquet
-        self._published = published(parquet.path, names) if parquet is not None else Published(set(), set())
-        wall, mono = time.time(), time.monotonic()
-
-        def clock(at: float) -> float:
-            """A logged wall-clock time on this process's monotonic clock (the downtime has passed)."""
-            return mono - max(wall - at, 0.0)
-
-        records = spans = 0
-        self._replaying = True
         try:
-            for segment, kind, payload in wal.records():
-                records += 1
-                if kind == SPANS:
-                    arrived, late, body = read_spans(payload)
-                    for entry in late:
-                        self._restore_decision(entry, clock(entry.decided_at))
-                    spans += self._ingest(body, "replay", clock(arrived)).accepted
-                    self._take_segment(segment)
-                elif kind == DECIDED:
-                    trace_id, span_count, row = read_decided(payload)
-                    trace = self.buffer.get(trace_id)
-                    if trace is not None:
-                        self.buffer.remove(trace)
-                        self._redecide(trace, span_count, row, clock(row.decided_at / 1e9))
-                elif kind == COMPACT:
-                    trace_id, first_seen, body = read_compact(payload)
-                    trace = self.buffer.get(trace_id)
-                    if trace is not None:  # replaced by the record's copy of its spans
-                        self.buffer.remove(trace)
-                        wal.release(trace.hold.segments)
-                    self._ingest(body, "replay", clock(first_seen))
-                    self._take_segment(segment)
-                elif kind == CLOSED:
-                    open_row = self.open_rows.pop(payload, None)
-                    if open_row is not None:
-                        self._finish_row(payload, open_row)
-                self._touched.clear()  # late spans of a replayed decision: their holds have their segments
-                self._commit()
+            records, spans = replay_log(self.commits, self, parquet.path if parquet is not None else None)
         finally:
-            self._replaying = False
-            self._published = None
             if before is not None:
                 self.counts = collections.Counter(before)
         if records:
@@ -320,7 +225,7 @@ class Processor:
                 len(self.buffer),
             )
 
-    def _restore_decision(self, entry: LateEntry, decided_at: float) -> None:
+    def restore_decision(self, entry: LateEntry, decided_at: float) -> None:
         """A logged request's late spans followed a decision the log no longer holds: remember it."""
         trace_id = entry.trace_id
         if trace_id in self.buffer.pending or trace_id in self.open_rows or self._cached(trace_id):
@@ -330,111 +235,30 @@ class Processor:
         else:
             self.dropped_cache.put(trace_id, decided_at)
 
-    def _record(self, record: tuple[int, Payload]) -> None:
-        if self.wal is not None and not self._replaying:
-            self._records.append(record)
+    def replay_request(self, body: bytes, arrived: float) -> int:
+        """Buffer a logged request's spans again (no early decisions); the spans accepted."""
+        return self._ingest(body, "replay", arrived).accepted
 
-    def _emit(self, item: KeptSpans | TraceRow, hold: Hold | None) -> None:
-        """Hand ``item`` to the writer once the records before it are logged (:meth:`_commit`)."""
-        done = self._published
-        if done is not None and (
-            done.has_batch(item.trace_id, item.index_base)
-            if isinstance(item, KeptSpans)
-            else item.trace_id in done.rows
-        ):
-            if hold is not None and self.wal is not None:
-                self.wal.release(hold.segments)
-                hold.segments = []
-            return
-        self._outbox.append((item, hold))
+    def replay_decision(self, trace_id: bytes, span_count: int, row: TraceRow, decided_at: float) -> None:
+        """Re-apply a logged decision to the trace, if it is still waiting."""
+        trace = self.buffer.get(trace_id)
+        if trace is not None:
+            self.buffer.remove(trace)
+            self._redecide(trace, span_count, row, decided_at)
 
-    def _commit(self, request: tuple[int, Payload] | None = None) -> None:
-        """Log the records of the request or round just processed, then hand its items to the writer.
+    def replay_compacted(self, trace_id: bytes, first_seen: float, body: bytes) -> None:
+        """A waiting trace's spans are replaced by the record's copy of them."""
+        trace = self.buffer.get(trace_id)
+        if trace is not None:
+            self.buffer.remove(trace)
+            self.wal.release(trace.hold.segments)  # type: ignore[union-attr]
+        self._ingest(body, "replay", first_seen)
 
-        Raises
-        ------
-        WalFailure
-            When the log cannot be written (the collector is then faulted; nothing is handed over).
-        """
-        wal = self.wal
-        if wal is not None and not self._replaying:
-            records = self._records if request is None else [request, *self._records]
-            self._records = []
-            if records:
-                try:
-                    segment = wal.append(records)
-                except WalFailure as exc:
-                    self._outbox.clear()
-                    self._touched.clear()
-                    self._enter_fault(exc)
-                    raise
-                self._take_segment(segment)
-        outbox = self._outbox
-        if not outbox:
-            return
-        releases = self._releases
-        first = self.sink.submit([item for item, _ in outbox])
-        for seq, (_, hold) in enumerate(outbox, first):
-            if hold is not None and hold.segments:
-                if not releases or releases[-1][2] >= RELEASE_BATCH:
-                    releases.append([seq, {}, 0])
-                batch = releases[-1]
-                batch[0] = seq
-                references = batch[1]
-                for segment in hold.segments:
-                    references[segment] = references.get(segment, 0) + 1
-                batch[2] += 1
-        self._outbox.clear()
-
-    def _take_segment(self, segment: int) -> None:
-        wal = self.wal
-        if wal is not None:
-            for hold in self._touched.values():
-                segments = hold.segments
-                if not segments or segments[-1] != segment:
-                    segments.append(segment)
-                    wal.hold(segment)
-        self._touched.clear()
-
-    def _release_published(self) -> None:
-        """Let go of log segments whose traces the writer has published."""
-        wal = self.wal
-        releases = self._releases
-        published_seq = self.sink.published_seq
-        while releases and releases[0][0] <= published_seq:
-            references = releases.popleft()[1]
-            if wal is not None:
-                wal.release(references)
-        if wal is not None:
-            wal.collect()
-            if wal.nbytes > wal.max_bytes // 2:
-                self.sink.request_flush()
-                self._compact()
-
-    def _compact(self) -> None:
-        """Copy the waiting traces that hold the log's oldest segment into a new one, and let it go.
-
-        Only worth it when they are a small part of it (then most of what the segment pins is dead);
-        the oldest traces come first in the buffer, and at most :data:`COMPACT_SCAN` are looked at.
-        """
-        wal = self.wal
-        assert wal is not None
-        oldest = wal.oldest_segment()
-        victims = [
-            trace
-            for trace in itertools.islice(self.buffer.pending.values(), COMPACT_SCAN)
-            if trace.hold.segments and trace.hold.segments[0] == oldest
-        ]
-        if not victims or sum(trace.nbytes for trace in victims) > wal.sizes.get(oldest, 0) // 2:
-            return
-        offset = time.time() - time.monotonic()
-        segment = wal.append(
-            [compact_record(trace.trace_id, trace.first_seen + offset, _raw(trace)) for trace in victims]
-        )
-        for trace in victims:
-            wal.release(trace.hold.segments)
-            trace.hold.segments = [segment]
-            wal.hold(segment)
+    def replay_closed(self, trace_id: bytes) -> None:
+        """Hand over the row of a decided trace whose late-span window had closed."""
+        open_row = self.open_rows.pop(trace_id, None)
+        if open_row is not None:
+            self._finish_row(trace_id, open_row)
 
     # --- I/O faults -----------------------------------------------------------------------------------------
     def _enter_fault(self, error: BaseException) -> None:
@@ -483,7 +307,7 @@ class Processor:
         now = time.monotonic()
         result = self._ingest(body, transport, now)
         try:
-            self._commit(
+            self.commits.commit(
                 spans_record(time.time(), self._late_entries, body) if self.wal is not None else None
             )
         except WalFailure as exc:
@@ -499,13 +323,13 @@ class Processor:
         one is refused (400) before anything is buffered.
         """
         scopes = request_spans(body)
-        replaying = self._replaying
+        replaying = self.commits.replaying
         buffer = self.buffer
         pending_get = buffer.pending.get
         open_rows = self.open_rows
         span_keys = self.span_keys
         max_spans = self.max_spans
-        touched = self._touched
+        touched = self.commits.touched
         accepted = rejected = new_traces = 0
         late: dict[bytes, list[tuple[bytes, Origin]]] = {}
         # Spans of a trace mostly come one after another: the pending trace of the previous span, if any.
@@ -540,12 +364,9 @@ class Processor:
                     last_id = trace_id
                 assert trace is not None
                 attributes = span.attributes
-                kind = trace.tally.add(span, attributes, span_id, parent)
-                if not parent:
-                    if trace.root is None:
-                        trace.root = root_facts(span, attributes)
-                elif kind == "agent" and trace.agent_name is None:
-                    trace.agent_name = agent_name(attributes)
+                trace.tally.add(span, attributes, span_id, parent)
+                if not parent and trace.root is None:
+                    trace.root = root_facts(span, attributes)
                 if span_keys:
                     values = trace.values
                     for key in span_keys:
@@ -628,28 +449,28 @@ class Processor:
             decision, decided_at, via = open_row.decision, open_row.decided_at, "window"
             index_base = open_row.next_index
             open_row.next_index += count
-            self._touched[trace_id] = open_row.hold
+            self.commits.touched[trace_id] = open_row.hold
         else:
             via = "cache"
             cached = self.sampled_cache.get(trace_id)
             if cached is not None:
                 decision, decided_at, index_base = cached
                 self.sampled_cache.put(trace_id, (decision, decided_at, index_base + count))
-                hold = self._touched[trace_id, index_base] = Hold()
+                hold = self.commits.touched[trace_id, index_base] = Hold()
             else:
                 decision, decided_at, index_base = None, self.dropped_cache.get(trace_id) or now, 0
-            if not self._replaying:
+            if not self.commits.replaying:
                 self.metrics.cache_releases[decision is not None] += count
         kept = decision is not None and decision.kept
-        if self.wal is not None and not self._replaying:
+        if self.wal is not None and not self.commits.replaying:
             wall = time.time() - (time.monotonic() - decided_at)
             self._late_entries.append(LateEntry(trace_id, wall, index_base, decision if kept else None))
-        if not self._replaying:
+        if not self.commits.replaying:
             self.metrics.late_spans[kept, via] += count
             self.metrics.late_span_age.observe(max(now - decided_at, 0.0), count)
         if kept:
             assert decision is not None
-            self._emit(KeptSpans.late_batch(trace_id, spans, decision, index_base), hold)
+            self.commits.emit(KeptSpans.late_batch(trace_id, spans, decision, index_base), hold)
             self.counts["spans_kept"] += count
         else:
             self.counts["spans_dropped"] += count
@@ -670,11 +491,11 @@ class Processor:
             decided += 1
         self._close_rows(now)
         try:
-            self._commit()
+            self.commits.commit()
         except WalFailure:
             return
         try:
-            self._release_published()
+            self.commits.release_published(self.buffer)
         except WalFailure as exc:
             self._enter_fault(exc)
             return
@@ -690,7 +511,7 @@ class Processor:
             self._decide(trace, "shutdown", now)
         self._close_rows(float("inf"))
         try:
-            self._commit()
+            self.commits.commit()
         except WalFailure:
             _logger.error(
                 "tailcut collector: the write-ahead log failed at shutdown; it is replayed at start"
@@ -708,28 +529,29 @@ class Processor:
 
     def _finish_row(self, trace_id: bytes, open_row: OpenRow) -> None:
         row = open_row.row
-        self._record(closed_record(trace_id))
-        self._emit(
-            row._replace(late_spans=open_row.late_spans) if open_row.late_spans else row, open_row.hold
-        )
+        self.commits.record(closed_record(trace_id))
+        if open_row.late_spans:
+            row["late_spans"] = open_row.late_spans  # logged already (DECIDED), so changed in place
+        self.commits.emit(row, open_row.hold)
         if open_row.decision.kept:
             self.sampled_cache.put(trace_id, (open_row.decision, open_row.decided_at, open_row.next_index))
         else:
             self.dropped_cache.put(trace_id, open_row.decided_at)
 
     def _decide(self, trace: PendingTrace, reason: str, now: float) -> None:
-        signals = trace.tally.signals(trace.datas, self._cost)
+        tally = trace.tally
+        signals = tally.signals(trace.datas, self._cost)
         root = trace.root
-        # The service is the (last) root's (as in the exporters' signals), else the first span's.
-        service_name = (trace.origins[0] if root is None else trace.root_origin).service_name
         resource_values: list[dict[str, list[Any]]] = []
-        if service_name is None or self._resource_keys:
+        origins: Any = ()
+        if self._resource_keys:
             origins = {id(origin): origin for origin in trace.origins}.values()
-            service_name = next((origin.service_name for origin in origins if origin.service_name), None)
             resource_values = [origin.values for origin in origins if origin.values]
+        service_name = _service_name(trace, origins)
+        describe(signals, trace.trace_id, root, tally, service_name)
         duration_ms = signals.duration_ms
         measures = (signals.total_tokens, duration_ms, signals.span_count)
-        anomaly_key = (service_name, root.name if root is not None else None)
+        anomaly_key = (service_name, signals.root_name)
         anomaly_score = self.anomaly.score(anomaly_key, measures)
         values: dict[str, Any] = trace.values
         if self._signal_keys or resource_values:
@@ -746,9 +568,9 @@ class Processor:
             signals.span_count,
             signals.start_ns,
             signals.end_ns,
-            signals.status_mask,
+            tally.status_mask,
             values,
-            head_probability(trace.tally.head_threshold),
+            head_probability(tally.head_threshold),
         )
         decision, _, vote_keys = self.policies.decide(view, now)
         if decision.baseline or not self.policies.baseline_policies:
@@ -760,53 +582,19 @@ class Processor:
         ] += 1
         metrics.decisions[reason, decision.kept] += 1
         metrics.trace_removal_age.observe(now - trace.first_seen)
-        root_values = root.values if root is not None else _NO_VALUES
-        agent = root_values.get("agent_name") or trace.agent_name
-        score = root_values.get("outcome_score")
-        # positional, in the field order (keywords cost several microseconds per trace)
-        row = _new(
-            TraceRow,
-            (
-                trace.trace_id.hex(),  # trace_id
-                service_name,
-                root.name if root is not None else None,  # root_name
-                agent if type(agent) is str else None,  # agent_name
-                signals.start_ns,  # start_time
-                signals.end_ns,  # end_time
-                duration_ms,
-                signals.span_count,
-                signals.error_count,
-                signals.llm_calls,
-                signals.tool_calls,
-                signals.input_tokens,
-                signals.output_tokens,
-                signals.max_depth,
-                signals.max_tool_repeat,
-                signals.schema_violations,
-                anomaly_score,
-                _text(root_values.get("outcome")),  # outcome
-                float(score) if type(score) in (int, float) else None,  # outcome_score
-                _text(root_values.get("harness_revision")),  # harness_revision
-                decision.kept,
-                list(decision.policies),  # policies
-                decision.baseline,
-                decision.inclusion_probability,
-                decision.head_probability,
-                reason,  # decision_reason
-                time.time_ns(),  # decided_at
-                _text(root_values.get("env_revision")),  # env_revision
-                _text(root_values.get("prompt_version")),  # prompt_version
-                root is not None,  # has_root
-                signals.orphan_count,
-                0,  # late_spans
-                signals.cost_usd,
-                _text(root_values.get("session_id")),  # session_id
-                _text(root_values.get("user_id")),  # user_id
-                _text(root_values.get("conversation_id")),  # conversation_id
-            ),
+        row = traces_row(
+            signals,
+            kept=decision.kept,
+            decision_reason=reason,
+            policies=decision.policies,
+            baseline=decision.baseline,
+            inclusion_probability=decision.inclusion_probability,
+            head_probability=decision.head_probability,
+            decided_at_ns=time.time_ns(),
+            anomaly_score=anomaly_score,
         )
-        self._record(decided_record(trace.trace_id, len(trace.datas), row))
-        written = signals.attributes(anomaly_score) if decision.kept else _NO_VALUES  # on the root
+        self.commits.record(decided_record(trace.trace_id, len(trace.datas), row))
+        written = root_attributes(signals, anomaly_score) if decision.kept else _NO_VALUES  # on the root
         self._settle(trace, decision, row, written, now)
 
     def _redecide(self, trace: PendingTrace, span_count: int, row: TraceRow, decided_at: float) -> None:
@@ -817,12 +605,12 @@ class Processor:
             del datas[span_count:], trace.origins[span_count:]
             trace.tally = tally_of(datas)
         signals = trace.tally.signals(datas, self._cost)
-        if row.baseline or not self.policies.baseline_policies:
+        if row["baseline"] or not self.policies.baseline_policies:
             self.anomaly.observe(
-                (row.service_name, row.root_name),
+                (row["service_name"], row["root_name"]),
                 (signals.total_tokens, signals.duration_ms, signals.span_count),
             )
-        self._settle(trace, decision_of(row), row, signals.attributes(row.anomaly_score), decided_at)
+        self._settle(trace, decision_of(row), row, root_attributes(signals, row["anomaly_score"]), decided_at)
         if extra:
             self._late(trace.trace_id, extra, decided_at)
 
@@ -836,8 +624,9 @@ class Processor:
         if decision.kept:
             counts["kept"] += 1
             counts["spans_kept"] += count
-            kept = KeptSpans(trace.trace_id, _raw(trace), decision, signal_attributes, root=trace.root_index)
-            self._emit(kept, None)
+            spans = raw_spans(trace)
+            kept = KeptSpans(trace.trace_id, spans, decision, signal_attributes, root=trace.root_index)
+            self.commits.emit(kept, None)
         else:
             counts["spans_dropped"] += count
         open_row = OpenRow(row, decision, now, now + self.late_window, trace.hold)
@@ -869,10 +658,13 @@ def _unavailable(error: BaseException | None) -> OtlpError:
     )
 
 
-def _raw(trace: PendingTrace) -> list[RawSpan]:
-    """A pending trace's spans as the writer and the log take them (bytes and origin)."""
-    return [RawSpan(data, origin) for data, origin in zip(trace.datas, trace.origins, strict=True)]
-
-
-def _text(value: Any) -> str | None:
-    return value if type(value) is str else None
+def _service_name(trace: PendingTrace, origins: Any) -> str | None:
+    """The trace's service (:mod:`tailcut.signals`): its root's, else its earliest span's; when that one
+    names none, the first that does among ``origins`` (the trace's distinct origins, or empty: found here).
+    """
+    # without a root (rare), the earliest span is found by reading the spans again
+    origin = trace.root_origin if trace.root is not None else trace.origins[earliest_span(trace.datas)]
+    if origin.service_name is not None:
+        return origin.service_name
+    origins = origins or {id(origin): origin for origin in trace.origins}.values()
+    return next((origin.service_name for origin in origins if origin.service_name), None)

@@ -17,15 +17,22 @@ tally is tested against (``tests/test_collector_tally.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tailcut import attributes as attr
-from tailcut.collector._facts import KIND_BY_RAW, SpanRecord, llm_record, span_kind, span_record, tool_key
+from tailcut.collector._facts import (
+    KIND_BY_RAW,
+    RootFacts,
+    SpanRecord,
+    agent_name,
+    llm_record,
+    span_kind,
+    span_record,
+    tool_key,
+)
 from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import SpanFacts
-from tailcut.exporters._signals import trace_cost
-from tailcut.signals import chain_depth, trace_signals
+from tailcut.signals import TraceSignals, chain_depth, trace_cost, trace_signals
 
 _CARRIER = attr.CARRIER_KIND
 _KIND = attr.KIND
@@ -38,6 +45,7 @@ class TraceTally:
     """What a pending trace accumulates as each span arrives (see the module docstring)."""
 
     __slots__ = (
+        "agent",
         "carrier_ids",
         "duplicate",
         "end_ns",
@@ -62,21 +70,17 @@ class TraceTally:
         self.carrier_ids: set[bytes] | None = None
         #: Whether two spans share an id (then the signals are computed from scratch).
         self.duplicate = False
-        self.errors = 0  # failed spans other than llm ones (those depend on the nested-call rule)
+        self.errors = 0  # failed spans but llm ones (counted with the llm records)
         self.tool_calls = 0
         self.max_tool_repeat = 0
         self.repeats: dict[bytes, int] = {}
         #: The records of the llm spans, in arrival order.
         self.llm: list[SpanRecord] = []
+        #: ``(start, span id, name)`` of the earliest agent span that names its agent.
+        self.agent: tuple[int, bytes, str] | None = None
 
     def add(self, span: Any, attributes: Any, span_id: bytes, parent: bytes) -> str:
         """Fold in one span parsed with the lazy ``SpanFacts`` type; return its kind."""
-        start = span.start_time_unix_nano
-        end = span.end_time_unix_nano
-        if start < self.start_ns or self.start_ns < 0:
-            self.start_ns = start
-        if end > self.end_ns:
-            self.end_ns = end
         status = span.status.code
         self.status_mask |= 1 << status
         tracestate = span.trace_state
@@ -97,6 +101,12 @@ class TraceTally:
             carriers.add(span_id)
             return kind
         parents[span_id] = parent
+        start = span.start_time_unix_nano
+        end = span.end_time_unix_nano
+        if start < self.start_ns or self.start_ns < 0:
+            self.start_ns = start
+        if end > self.end_ns:
+            self.end_ns = end
         if kind == "llm":
             self.llm.append(llm_record(span_id, parent, status == _ERROR, attributes))
             return kind
@@ -108,10 +118,15 @@ class TraceTally:
             self.repeats[key] = count
             if count > self.max_tool_repeat:
                 self.max_tool_repeat = count
+        elif kind == "agent" and (name := agent_name(attributes)):
+            found = self.agent
+            if found is None or (start, span_id) < found[:2]:
+                self.agent = (start, span_id, name)
         return kind
 
     def signals(self, datas: Sequence[bytes], cost: Pricer) -> TraceSignals:
-        """The trace's signals and ``cost_usd`` (``datas``: its spans' bytes, read after a duplicate id)."""
+        """The trace's counts, times and ``cost_usd`` (``datas``: its spans' bytes, read after a duplicate
+        id); the rest of the record is the caller's to fill in."""
         if self.duplicate:
             return scratch_signals(datas, self, cost)
         parents = self.parents
@@ -122,32 +137,31 @@ class TraceTally:
         llm = self.llm
         llm_ids = {record[0] for record in llm} if len(llm) > 1 else ()
         for span_id, parent, _, failed, _, inputs, outputs, found, model in llm:
+            if failed:
+                errors += 1
             if parent and parent != span_id and parent in llm_ids:
-                continue  # a nested call (tailcut.signals.is_nested_call)
+                continue  # a nested call (tailcut.signals.is_nested_call): only its failure counts
             llm_calls += 1
             input_tokens += inputs
             output_tokens += outputs
             violations += found
-            if failed:
-                errors += 1
             if total is not None:
                 value = cost(model, inputs, outputs)
                 total = None if value is None else total + value
-        return TraceSignals(  # positional (keywords cost a microsecond per trace), in field order
-            len(parents),  # span_count
-            errors,  # error_count
-            llm_calls,
-            self.tool_calls,
-            input_tokens,
-            output_tokens,
-            max_depth,
-            self.max_tool_repeat,
-            violations,  # schema_violations
-            max(self.start_ns, 0),  # start_ns
-            self.end_ns,
-            orphans,  # orphan_count
-            self.status_mask,
-            total,  # cost_usd
+        return TraceSignals(
+            span_count=len(parents),
+            llm_calls=llm_calls,
+            tool_calls=self.tool_calls,
+            errors=errors,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            max_tool_repeat=self.max_tool_repeat,
+            schema_violations=violations,
+            depth=max_depth,
+            orphan_count=orphans,
+            start_ns=max(self.start_ns, 0),
+            end_ns=self.end_ns,
+            cost_usd=total,
         )
 
 
@@ -205,6 +219,21 @@ def span_records(datas: Iterable[bytes]) -> list[SpanRecord]:
     return records
 
 
+def earliest_span(datas: Sequence[bytes]) -> int:
+    """The position of the earliest-starting span (ties: the smallest span id) among spans given as
+    their bytes, carriers left out (the first span when every one is a carrier)."""
+    best: tuple[int, bytes] | None = None
+    found = 0
+    for index, data in enumerate(datas):
+        span = SpanFacts.FromString(data)
+        if span_kind(span.attributes) == _CARRIER:
+            continue
+        key = (span.start_time_unix_nano, span.span_id)
+        if best is None or key < best:
+            best, found = key, index
+    return found
+
+
 def tally_of(datas: Iterable[bytes]) -> TraceTally:
     """The tally of spans given as their encoded bytes, folded afresh in order."""
     tally = TraceTally()
@@ -216,80 +245,53 @@ def tally_of(datas: Iterable[bytes]) -> TraceTally:
 
 def scratch_signals(datas: Iterable[bytes], tally: TraceTally, cost: Pricer) -> TraceSignals:
     """The signals of spans given as their bytes, computed from scratch with
-    :func:`tailcut.signals.trace_signals` (times and status codes from ``tally``)."""
+    :func:`tailcut.signals.trace_signals` (times from ``tally``)."""
     records = span_records(datas)
     signals = trace_signals(records)
-    return TraceSignals(
-        span_count=signals.span_count,
-        error_count=signals.errors,
-        llm_calls=signals.llm_calls,
-        tool_calls=signals.tool_calls,
-        input_tokens=signals.input_tokens,
-        output_tokens=signals.output_tokens,
-        max_depth=signals.depth,
-        max_tool_repeat=signals.max_tool_repeat,
-        schema_violations=signals.schema_violations,
-        start_ns=max(tally.start_ns, 0),
-        end_ns=tally.end_ns,
-        orphan_count=signals.orphan_count,
-        status_mask=tally.status_mask,
-        cost_usd=trace_cost(records, lambda r: cost(r.model, r.input_tokens, r.output_tokens)),
-    )
+    signals.start_ns = max(tally.start_ns, 0)
+    signals.end_ns = tally.end_ns
+    signals.cost_usd = trace_cost(records, lambda r: cost(r.model, r.input_tokens, r.output_tokens))
+    return signals
 
 
-@dataclass(slots=True)
-class TraceSignals:
-    """The signals of one trace (see the module docstring)."""
+def describe(
+    signals: TraceSignals,
+    trace_id: bytes,
+    root: RootFacts | None,
+    tally: TraceTally,
+    service_name: str | None,
+) -> TraceSignals:
+    """Fill in what the ``traces`` row takes from the trace besides the counts (the rules of
+    :mod:`tailcut.signals`): its id, service, root and run attributes, and agent."""
+    signals.trace_id = trace_id.hex()
+    signals.service_name = service_name
+    agent = tally.agent[2] if tally.agent is not None else None
+    if root is not None:
+        signals.has_root = True
+        signals.root_name = root.name
+        signals.run = root.run
+        agent = root.agent_name or agent
+    signals.agent_name = agent
+    return signals
 
-    span_count: int
-    error_count: int
-    llm_calls: int
-    tool_calls: int
-    input_tokens: int
-    output_tokens: int
-    max_depth: int
-    max_tool_repeat: int
-    schema_violations: int
-    start_ns: int
-    end_ns: int
-    orphan_count: int
-    status_mask: int  # bit ``1 << code`` for each OTLP status code present
-    cost_usd: float | None = None  # see :func:`tailcut.exporters._signals.trace_cost`
 
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @property
-    def duration_ms(self) -> float:
-        return max(self.end_ns - self.start_ns, 0) / 1e6
-
-    def attributes(self, anomaly_score: float | None) -> dict[str, Any]:
-        """The ``tailcut.trace.*`` attributes, as written on the root span and read by policies."""
-        values: dict[str, Any] = {
-            attr.TRACE_LLM_CALLS: self.llm_calls,
-            attr.TRACE_TOOL_CALLS: self.tool_calls,
-            attr.TRACE_ERRORS: self.error_count,
-            attr.TRACE_TOTAL_TOKENS: self.total_tokens,
-            attr.TRACE_MAX_TOOL_REPEAT: self.max_tool_repeat,
-            attr.TRACE_SCHEMA_VIOLATIONS: self.schema_violations,
-            attr.TRACE_DEPTH: self.max_depth,
-            attr.TRACE_SPAN_COUNT: self.span_count,
-        }
-        if anomaly_score is not None:
-            values[attr.TRACE_ANOMALY_SCORE] = anomaly_score
-        return values
+def root_attributes(signals: TraceSignals, anomaly_score: float | None) -> dict[str, Any]:
+    """The ``tailcut.trace.*`` attributes, as written on a kept trace's root span and read by policies."""
+    values: dict[str, Any] = signals.as_attributes()
+    if anomaly_score is not None:
+        values[attr.TRACE_ANOMALY_SCORE] = anomaly_score
+    return values
 
 
 #: How each ``tailcut.trace.*`` attribute is read from the signals (and the anomaly score), for policies.
 SIGNAL_READERS: dict[str, Callable[[TraceSignals, float | None], Any]] = {
     attr.TRACE_LLM_CALLS: lambda s, _: s.llm_calls,
     attr.TRACE_TOOL_CALLS: lambda s, _: s.tool_calls,
-    attr.TRACE_ERRORS: lambda s, _: s.error_count,
+    attr.TRACE_ERRORS: lambda s, _: s.errors,
     attr.TRACE_TOTAL_TOKENS: lambda s, _: s.total_tokens,
     attr.TRACE_MAX_TOOL_REPEAT: lambda s, _: s.max_tool_repeat,
     attr.TRACE_SCHEMA_VIOLATIONS: lambda s, _: s.schema_violations,
-    attr.TRACE_DEPTH: lambda s, _: s.max_depth,
+    attr.TRACE_DEPTH: lambda s, _: s.depth,
     attr.TRACE_SPAN_COUNT: lambda s, _: s.span_count,
     attr.TRACE_ANOMALY_SCORE: lambda _, anomaly_score: anomaly_score,
 }

@@ -40,7 +40,7 @@ from tailcut.collector._headsampling import forwarded_tracestate
 from tailcut.collector._journal import published_record
 from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._otlp import SpanTraceState
-from tailcut.collector._rows import TraceRow, traces_table
+from tailcut.collector._rows import traces_table
 from tailcut.collector._wal import WriteAheadLog
 from tailcut.collector._whole import self_contained
 from tailcut.errors import TailcutError
@@ -49,6 +49,7 @@ from tailcut.exporters._hooks import WriterHook
 from tailcut.exporters._location import is_remote, location
 from tailcut.exporters.wire.encode import SPAN_TAG, encode_attributes, encode_request, field
 from tailcut.exporters.wire.varint import encode_varint
+from tailcut.signals import TraceRow
 
 _logger = logging.getLogger("tailcut.collector")
 #: Seconds kept spans and rows accumulate before being normalised and written (batches cost less per row).

@@ -20,18 +20,12 @@ from tailcut.exporters._exporter import ParquetSpanExporter
 from tailcut.exporters._forwarder import OtlpForwarder
 from tailcut.exporters._ingest import IngestReport, ingest, read_otlp_file
 from tailcut.exporters._payloads import resolve_payload
-from tailcut.exporters._signals import (
-    SpanFacts,
-    TraceSignals,
-    compute_signals,
-    facts_from_otlp,
-    facts_from_row,
-    traces_row,
-)
+from tailcut.exporters._signals import facts_from_otlp, facts_from_row
 from tailcut.exporters._spans import normalize_otlp, normalize_sdk
 from tailcut.exporters._writer import DataDirWriter
 from tailcut.exporters.conventions.mapping import KIND_KEYS, resolve_kind
 from tailcut.payloads import PayloadStore
+from tailcut.signals import SpanFacts, TraceSignals, compute_signals, traces_row
 
 __all__ = [
     "KIND_KEYS",

@@ -151,7 +151,7 @@ TRACES: Final = pa.schema(
         # P(the head sampler upstream passed the trace on), from the spans' tracestate ``ot=th:``; 1 when
         # none said; inclusion_probability includes it (pi = head x tail). Null in files before schema 2.
         _f("head_probability", pa.float64(), False),
-        _f("decision_reason", pa.string(), False),  # one of DECISION_REASONS
+        _f("decision_reason", pa.string(), False),  # one of tailcut.signals.DECISION_REASONS
         _f("decided_at", TIMESTAMP, False),
         # additions beyond DESIGN.md section 4
         _f("env_revision", pa.string()),
@@ -168,9 +168,6 @@ TRACES: Final = pa.schema(
     metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
-#: Why a trace was decided when it was: the collector's reasons, ``embedded`` for the in-process
-#: ParquetSpanExporter, and ``ingested`` for files written by ``tailcut ingest`` (both keep every trace).
-DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded", "ingested")
 
 CORPUS_RUNS: Final = pa.schema(
     [

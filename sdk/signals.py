@@ -1,4 +1,4 @@
-"""Trace signals (DESIGN.md section 2): their one definition, for the SDK, the collector and the writers.
+"""Trace signals (DESIGN.md section 2) and the ``traces`` row: their one definition, for every writer.
 
 The signals summarise a run for sampling policies and analysis:
 
@@ -9,20 +9,28 @@ The signals summarise a run for sampling policies and analysis:
   same tool and the same arguments;
 * ``errors``: spans whose status is ERROR, every failed attempt included;
 * ``depth``: the deepest span's distance from its root (a root is 0); ``span_count`` counts every span;
+* ``cost_usd``: the sum of the llm spans' prices (None when one is unpriced, 0.0 with no llm span);
 * an ``llm`` span directly inside another ``llm`` span is a second instrumentation's view of the same
-  model call (:func:`is_nested_call`) and is left out of every count but ``span_count`` and ``depth``;
+  model call (:func:`is_nested_call`): it counts as a span of kind ``other`` (in ``span_count``,
+  ``depth`` and ``errors``), which is also how the ``spans`` table stores it;
 * a carrier (kind :data:`~tailcut.attributes.CARRIER_KIND`: a span that only carries another span's
   pieces, ``tailcut._carriers``) is no span of the run and counts in nothing.
 
-Three places compute them, all through :class:`SignalCounter`: the SDK folds in each span of its own
-process as it ends (it knows each span's depth when it starts); the collector and the Parquet writers see
-a whole trace, whatever produced it, and call :func:`trace_signals`. What each feeds in differs only in
-representation (the SDK's tool identity is its boundary and request hash, the collector's the raw
-attribute bytes), so the counts agree; ``tests/test_signals_agree.py`` checks it on random traces.
+A whole-trace view also describes the trace: its first start and last end, whether a root arrived, the
+root's name and run attributes (outcome, revisions, ids), the service (the root's, else the
+earliest span's) and the agent (the root's, else that of the earliest agent span naming one).
+
+One record carries all of it, :class:`TraceSignals`, and one function maps it to a ``traces`` row,
+:func:`traces_row`. Three places fill the record: the SDK folds in each span of its own process as it
+ends (:class:`SignalCounter`; it knows each span's depth when it starts, and only counts); the writers
+(the in-process Parquet exporter, ``tailcut ingest``) see a whole trace and call :func:`compute_signals`
+on its :class:`SpanFacts`; the collector folds each span's facts in as it arrives
+(``tailcut.collector._signals``). What each feeds in differs only in representation, so the rows agree;
+``tests/test_signals.py`` checks it on random span trees.
 
 Examples
 --------
->>> from tailcut.signals import SpanSignals, trace_signals
+>>> from tailcut.signals import SpanSignals, trace_signals, traces_row
 >>> spans = [
 ...     SpanSignals("r", None, "root"),
 ...     SpanSignals("a", "r", "llm", input_tokens=10, output_tokens=5),
@@ -33,19 +41,27 @@ Examples
 >>> s = trace_signals(spans)
 >>> (s.llm_calls, s.total_tokens, s.tool_calls, s.max_tool_repeat, s.errors, s.depth, s.span_count)
 (1, 15, 2, 2, 1, 2, 5)
+>>> row = traces_row(s, kept=True, decision_reason="embedded", decided_at_ns=0)
+>>> (row["llm_calls"], row["error_count"], row["max_depth"], row["decision_reason"])
+(1, 1, 2, 'embedded')
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Final, NamedTuple, TypeVar
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple, TypeVar
 
+from tailcut import attributes as attr
 from tailcut.attributes import CARRIER_KIND, trace_signal_attributes
 
 _Id = TypeVar("_Id", bound=Hashable)
 
 #: The kind whose nesting marks a duplicate view of one model call.
 NESTED_CALL_KIND: Final = "llm"
+#: The kind a nested call counts (and is stored) as.
+NESTED_AS: Final = "other"
 
 
 def is_nested_call(kind: str, parent_kind: str | None) -> bool:
@@ -74,24 +90,113 @@ class SpanSignals(NamedTuple):
     schema_violations: int = 0
 
 
-class Signals(NamedTuple):
-    """The trace signals of one trace (or of one process's part of it)."""
+def as_text(value: Any) -> str | None:
+    """A run attribute read as text (the ``traces`` row's string columns): a string, else None."""
+    return value if type(value) is str else None
 
-    span_count: int
-    llm_calls: int
-    tool_calls: int
-    errors: int
-    input_tokens: int
-    output_tokens: int
-    max_tool_repeat: int
-    schema_violations: int
-    depth: int
+
+def as_score(value: Any) -> float | None:
+    """``tailcut.outcome.score`` read as a number: an int, a float or a numeric string, else None."""
+    if value is None or type(value) is bool:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+#: The attribute each field of :class:`RunFacts` is read from, on the root span.
+RUN_KEYS: Final = {
+    "outcome": attr.OUTCOME,
+    "outcome_score": attr.OUTCOME_SCORE,
+    "harness_revision": attr.HARNESS_REVISION,
+    "env_revision": attr.ENV_REVISION,
+    "prompt_version": attr.PROMPT_VERSION,
+    "session_id": "session.id",
+    "user_id": "user.id",
+    "conversation_id": attr.GEN_AI_CONVERSATION_ID,
+}
+
+
+_RUN_READERS: Final = tuple(
+    (key, as_score if field == "outcome_score" else as_text) for field, key in RUN_KEYS.items()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """The run, as its root span records it (DESIGN.md section 2): what the ``traces`` row copies.
+
+    Its fields are those of :data:`RUN_KEYS`, in the same order.
+    """
+
+    outcome: str | None = None
+    outcome_score: float | None = None
+    harness_revision: str | None = None
+    env_revision: str | None = None
+    prompt_version: str | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_id: str | None = None
+
+
+#: A trace without a root, or a span that is none.
+NO_RUN: Final = RunFacts()
+
+
+def run_facts(values: Mapping[str, Any]) -> RunFacts:
+    """The run from a root span's decoded attribute values (keyed by attribute name, :data:`RUN_KEYS`)."""
+    get = values.get
+    return RunFacts(*[read(get(key)) for key, read in _RUN_READERS])
+
+
+@dataclass(slots=True)
+class TraceSignals:
+    """The trace signals of one trace (or, from the SDK, of one process's part of it) and what the
+    ``traces`` row takes from the trace (see the module docstring; a whole-trace view fills it all).
+
+    Adding a signal is a field here and its column in :func:`traces_row` (and the ``traces`` schema).
+    """
+
+    span_count: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    max_tool_repeat: int = 0
+    schema_violations: int = 0
+    depth: int = 0
     #: Spans whose parent is not in the trace (only a whole-trace view can tell).
     orphan_count: int = 0
+    # --- the trace, as a whole-trace view sees it ---------------------------------------------------
+    trace_id: str = ""
+    #: The first span start and the last span end, Unix nanoseconds.
+    start_ns: int | None = None
+    end_ns: int | None = None
+    has_root: bool = False
+    service_name: str | None = None
+    root_name: str | None = None
+    agent_name: str | None = None
+    run: RunFacts = NO_RUN
+    #: USD over the llm spans (:func:`trace_cost`); None when one has no price, 0.0 when there is none.
+    cost_usd: float | None = None
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def duration_ms(self) -> float | None:
+        """From the first start to the last end (0 when the spans' clocks disagree), None without times."""
+        start, end = self.start_ns, self.end_ns
+        if start is None or end is None:
+            return None
+        return max(end - start, 0) / 1e6
+
+    def as_attributes(self) -> dict[str, int]:
+        """The signals under their root-span attribute names (``tailcut.trace.*``)."""
+        return trace_signal_attributes(self)
 
 
 class SignalCounter:
@@ -132,7 +237,7 @@ class SignalCounter:
         output_tokens: int = 0,
         schema_violations: int = 0,
     ) -> None:
-        """Fold in what an ended span contributes (call it once per span that is not a nested call)."""
+        """Fold in what an ended span contributes (a nested call as kind :data:`NESTED_AS`)."""
         if failed:
             self.errors += 1
         if kind == "llm":
@@ -151,8 +256,9 @@ class SignalCounter:
         """The signals under their root-span attribute names (``tailcut.trace.*``)."""
         return trace_signal_attributes(self.result())
 
-    def result(self, orphan_count: int = 0) -> Signals:
-        return Signals(
+    def result(self, orphan_count: int = 0) -> TraceSignals:
+        """The counts so far (the rest of the record is left at its defaults)."""
+        return TraceSignals(
             span_count=self.span_count,
             llm_calls=self.llm_calls,
             tool_calls=self.tool_calls,
@@ -193,7 +299,7 @@ def chain_depth(span_id: _Id, parent_id: _Id, depths: dict[_Id, int], parents: M
     return depths[span_id]
 
 
-def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
+def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
     """The signals of a whole trace from its spans, in any order.
 
     Carriers are left out. Depth follows parent links to a root, an orphan (a parent not in the trace,
@@ -223,7 +329,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
                 depth = chain_depth(span_id, parent_id, depths, parents)
         add_span(depth)
         if parent is not None and is_nested_call(kind, parent[2]):
-            continue
+            kind = NESTED_AS  # stored as such too (tailcut.exporters normalises it so)
         add_outcome(
             kind,
             failed=failed,
@@ -233,3 +339,237 @@ def trace_signals(spans: Iterable[SpanSignals]) -> Signals:
             schema_violations=violations,
         )
     return counter.result(orphans)
+
+
+def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None = None) -> float | None:
+    """The cost of a trace: the sum of its llm spans' costs, None if one is unpriced, 0.0 if it has none.
+
+    ``spans`` are records with ``span_id``, ``parent_span_id`` and ``kind`` (:class:`SpanFacts`, the
+    collector's span records); ``cost`` gives one span's USD (default: its ``cost_usd``). A nested model
+    call is no model call (:func:`is_nested_call`): its tokens are its parent's.
+    """
+    kinds = {span.span_id: span.kind for span in spans}
+    total = 0.0
+    for span in spans:
+        parent = span.parent_span_id
+        parent_kind = kinds.get(parent) if parent and parent != span.span_id else None
+        if span.kind != "llm" or is_nested_call(span.kind, parent_kind):
+            continue
+        value = span.cost_usd if cost is None else cost(span)
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class SpanFacts:
+    """What the trace signals and the ``traces`` row need of one span, for a whole-trace view.
+
+    ``tailcut.exporters`` reads them from protobuf spans and from ``spans`` rows.
+    """
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    #: The resolved kind (before the nested-call rule, which needs the parent and is applied per trace).
+    kind: str
+    failed: bool
+    start_ns: int
+    end_ns: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    boundary: str | None = None
+    request_sha256: str | None = None
+    attempt: int = 1
+    schema_violations: int = 0
+    service_name: str | None = None
+    agent_name: str | None = None
+    #: The run, as a root span records it (:data:`NO_RUN` on other spans).
+    run: RunFacts = NO_RUN
+    #: USD of an llm span of a priced model (None otherwise).
+    cost_usd: float | None = None
+
+
+def _first_start(span: SpanFacts) -> tuple[int, str]:
+    return span.start_ns, span.span_id
+
+
+def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
+    """The signals of one whole trace from the facts of all its spans (see the module docstring).
+
+    The root is the earliest-starting span without a parent; the service is the root's, else the
+    earliest span's; the agent is the root's, else that of the earliest-starting agent span naming one.
+
+    Parameters
+    ----------
+    facts
+        One :class:`SpanFacts` per span of the trace (any order); must not be empty.
+
+    Returns
+    -------
+    TraceSignals
+    """
+    spans = list(facts)
+    if not spans:
+        raise ValueError("compute_signals needs at least one span")
+    signals = trace_signals(
+        SpanSignals(
+            f.span_id,
+            f.parent_span_id,
+            f.kind,
+            f.failed,
+            (f.boundary or "", f.request_sha256) if f.kind == "tool" and f.attempt == 1 else None,
+            f.input_tokens,
+            f.output_tokens,
+            f.schema_violations,
+        )
+        for f in spans
+    )
+    roots = [f for f in spans if f.parent_span_id is None]
+    root = min(roots, key=_first_start) if roots else None
+    first = min(spans, key=_first_start)
+    named = [f for f in spans if f.agent_name and f.kind == "agent"]
+    agent = root.agent_name if root is not None and root.agent_name else None
+    if agent is None and named:
+        agent = min(named, key=_first_start).agent_name
+    signals.trace_id = spans[0].trace_id
+    signals.start_ns = min(f.start_ns for f in spans)
+    signals.end_ns = max(f.end_ns for f in spans)
+    signals.service_name = (root or first).service_name
+    signals.agent_name = agent
+    signals.cost_usd = trace_cost(spans)
+    if root is not None:
+        signals.has_root = True
+        signals.root_name = root.name
+        signals.run = root.run
+    return signals
+
+
+# --- the traces row --------------------------------------------------------------------------------------
+#: Why a trace was decided when it was: the collector's reasons, ``embedded`` for the in-process
+#: ParquetSpanExporter, and ``ingested`` for files written by ``tailcut ingest`` (both keep every trace).
+DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded", "ingested")
+_REASONS: Final = frozenset(DECISION_REASONS)
+
+#: One ``traces`` row: column name -> value, times as Unix nanoseconds (the ``traces`` schema's
+#: ``nanosecond_fields``); built by :func:`traces_row` only.
+TraceRow = dict[str, Any]
+
+
+def traces_row(
+    signals: TraceSignals,
+    *,
+    kept: bool,
+    decision_reason: str,
+    policies: Sequence[str] = (),
+    baseline: bool = False,
+    inclusion_probability: float = 1.0,
+    head_probability: float = 1.0,
+    decided_at_ns: int | None = None,
+    anomaly_score: float | None = None,
+    late_spans: int = 0,
+) -> TraceRow:
+    """One row of the ``traces`` table, from a trace's signals and its decision.
+
+    The one place that maps the record to the table's columns: adding a column is an entry here (and,
+    for a column a write-ahead log written before it must still replay with, in
+    :data:`COLUMN_DEFAULTS`) plus its field in the ``traces`` schema.
+
+    Parameters
+    ----------
+    signals
+        A whole trace's (:func:`compute_signals`, or the collector's tally).
+    kept
+        Whether the trace's spans were kept.
+    decision_reason
+        One of :data:`DECISION_REASONS`.
+    policies
+        Every policy that matched.
+    baseline
+        Whether the trace is in the uniform (probabilistic) slice.
+    inclusion_probability
+        π, the probability the design kept it, head sampling included: in (0, 1] for a kept trace,
+        [0, 1] for a dropped one (0: a drop policy matched).
+    head_probability
+        The probability a head sampler upstream passed the trace on (1: none did).
+    decided_at_ns
+        When the decision was made (default: now).
+    anomaly_score
+        The collector's robust z-score, if it computed one.
+    late_spans
+        Spans that arrived after the decision.
+
+    Raises
+    ------
+    ValueError
+        If ``decision_reason`` or ``inclusion_probability`` is out of range.
+    """
+    if decision_reason not in _REASONS:
+        raise ValueError(
+            f"decision_reason must be one of {', '.join(DECISION_REASONS)}; got {decision_reason!r}"
+        )
+    if not (0 < inclusion_probability <= 1 if kept else 0 <= inclusion_probability <= 1):
+        bounds = "(0, 1] for a kept trace" if kept else "[0, 1]"
+        raise ValueError(f"inclusion_probability must be in {bounds}; got {inclusion_probability}")
+    s = signals
+    run = s.run
+    return {
+        "trace_id": s.trace_id,
+        "service_name": s.service_name,
+        "root_name": s.root_name,
+        "agent_name": s.agent_name,
+        "start_time": s.start_ns,
+        "end_time": s.end_ns,
+        "duration_ms": s.duration_ms,
+        "span_count": s.span_count,
+        "error_count": s.errors,
+        "llm_calls": s.llm_calls,
+        "tool_calls": s.tool_calls,
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
+        "max_depth": s.depth,
+        "max_tool_repeat": s.max_tool_repeat,
+        "schema_violations": s.schema_violations,
+        "anomaly_score": anomaly_score,
+        "outcome": run.outcome,
+        "outcome_score": run.outcome_score,
+        "harness_revision": run.harness_revision,
+        "kept": kept,
+        "policies": list(policies),
+        "baseline": baseline,
+        "inclusion_probability": float(inclusion_probability),
+        "head_probability": float(head_probability),
+        "decision_reason": decision_reason,
+        "decided_at": time.time_ns() if decided_at_ns is None else decided_at_ns,
+        "env_revision": run.env_revision,
+        "prompt_version": run.prompt_version,
+        "has_root": s.has_root,
+        "orphan_count": s.orphan_count,
+        "late_spans": late_spans,
+        "cost_usd": s.cost_usd,
+        "session_id": run.session_id,
+        "user_id": run.user_id,
+        "conversation_id": run.conversation_id,
+    }
+
+
+#: The columns of a ``traces`` row, in the order :func:`traces_row` builds them.
+TRACES_COLUMNS: Final = tuple(
+    traces_row(TraceSignals(), kept=True, decision_reason="embedded", decided_at_ns=0)
+)
+#: What a column holds in a row recorded before the column existed (a write-ahead log of an older
+#: version); a column not named here is null there.
+COLUMN_DEFAULTS: Final[Mapping[str, Any]] = {"late_spans": 0, "head_probability": 1.0}
+
+
+def complete_row(values: Mapping[str, Any]) -> TraceRow:
+    """A row recorded by an older version (a write-ahead log), with every column of today's rows.
+
+    Columns it lacks take :data:`COLUMN_DEFAULTS` (else null); columns today's rows lack are dropped.
+    """
+    return {
+        column: values[column] if column in values else COLUMN_DEFAULTS.get(column)
+        for column in TRACES_COLUMNS
+    }

@@ -22,9 +22,8 @@ from tailcut.collector._config import parse_config
 from tailcut.collector._facts import model_pricer
 from tailcut.collector._metrics import CollectorMetrics
 from tailcut.collector._processor import Processor
-from tailcut.collector._rows import TraceRow
 from tailcut.collector._signals import _walked_tree_shape, scratch_signals, tally_of, tree_shape
-from tailcut.collector._sink import Sink
+from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.exporters._pricing import default_pricing
 from tailcut.exporters.wire.values import encode_string_value
 from tests.test_collector_helpers import write_config
@@ -127,12 +126,12 @@ def _processor(directory: Path) -> tuple[Processor, Sink]:
     return processor, sink
 
 
-def _rows(processor: Processor, sink: Sink, now: float) -> list[TraceRow]:
+def _rows(processor: Processor, sink: Sink, now: float) -> list[dict]:
     processor.shutdown(now)
     items = []
     while not sink._queue.empty():
         items.extend(item for _, item in sink._queue.get_nowait())
-    return [item._replace(decided_at=0) for item in items if isinstance(item, TraceRow)]
+    return [{**item, "decided_at": 0} for item in items if not isinstance(item, KeptSpans)]
 
 
 @settings(max_examples=30, deadline=None)

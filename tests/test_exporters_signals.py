@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tailcut.exporters import SpanFacts, compute_signals, traces_row
+from tailcut.signals import RunFacts
 
 
 def fact(span: int, parent: int | None, kind: str = "other", **fields: object) -> SpanFacts:
@@ -25,7 +26,7 @@ def fact(span: int, parent: int | None, kind: str = "other", **fields: object) -
 
 def test_retries_count_once_failed_attempts_are_errors_and_repeats_use_first_attempts() -> None:
     facts = [
-        fact(1, None, "root", outcome="pass", harness_revision="r1", service_name="svc"),
+        fact(1, None, "root", run=RunFacts(outcome="pass", harness_revision="r1"), service_name="svc"),
         fact(2, 1, "tool", boundary="tool:search", request_sha256="q1", attempt=1, failed=True),
         fact(3, 1, "tool", boundary="tool:search", request_sha256="q1", attempt=2),
         fact(4, 1, "tool", boundary="tool:search", request_sha256="q1", attempt=1),
@@ -35,10 +36,10 @@ def test_retries_count_once_failed_attempts_are_errors_and_repeats_use_first_att
         fact(8, 99, "llm", input_tokens=1, output_tokens=1),  # orphan: still a call
     ]
     s = compute_signals(facts)
-    assert (s.tool_calls, s.max_tool_repeat, s.errors) == (3, 2, 1)
+    assert (s.tool_calls, s.max_tool_repeat, s.errors) == (3, 2, 2)  # the nested call failed too
     assert (s.llm_calls, s.input_tokens, s.output_tokens, s.total_tokens) == (2, 101, 21, 122)
     assert (s.schema_violations, s.depth, s.span_count, s.orphan_count) == (2, 2, 8, 1)
-    assert (s.has_root, s.root_name, s.outcome, s.harness_revision) == (True, "s1", "pass", "r1")
+    assert (s.has_root, s.root_name, s.run.outcome, s.run.harness_revision) == (True, "s1", "pass", "r1")
     assert (s.start_ns, s.end_ns, s.duration_ms) == (1, 18, 17e-6)
     assert s.as_attributes()["tailcut.trace.max_tool_repeat"] == 2
 

@@ -196,7 +196,7 @@ def test_collector_and_writers_price_a_trace_alike(spans):
     assert (collector is None) == (writers.cost_usd is None)
     if collector is not None:
         assert collector == pytest.approx(writers.cost_usd)
-    assert (writers.session_id, writers.user_id, writers.conversation_id) == ("s-1", "u-1", None)
+    assert (writers.run.session_id, writers.run.user_id, writers.run.conversation_id) == ("s-1", "u-1", None)
 
 
 # --- end to end ----------------------------------------------------------------------------------------
