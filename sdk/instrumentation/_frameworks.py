@@ -59,21 +59,35 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+class _NamedArgumentsSpec(_BoundarySpec):
+    """A tool known only by its arguments as a mapping (the framework parsed the model's JSON): the
+    request is that mapping."""
+
+    def request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return kwargs
+
+
+def _arguments(**arguments: Any) -> None:
+    """The signature of a tool that takes its arguments by name."""
+
+
 @functools.lru_cache(maxsize=1024)
-def _spec(fn: Callable[..., Any], name: str, exclude: frozenset[str]) -> _BoundarySpec:
-    return _BoundarySpec(
-        fn, "tool", name, exclude=exclude, decode=None, attributes={attr.GEN_AI_TOOL_NAME: name}
+def _spec(fn: Callable[..., Any] | None, name: str, exclude: frozenset[str]) -> _BoundarySpec:
+    kind = _BoundarySpec if fn is not None else _NamedArgumentsSpec
+    return kind(
+        fn or _arguments, "tool", name, exclude=exclude, decode=None, attributes={attr.GEN_AI_TOOL_NAME: name}
     )
 
 
 class ToolCrossing:
     """One call of a framework tool: its request is ``args``/``kwargs`` bound to ``signature_of``'s
-    parameters (as ``@tailcut.tool`` binds them), its result what ``call`` returns."""
+    parameters (as ``@tailcut.tool`` binds them; without one, ``kwargs`` as they are), its result what
+    ``call`` returns."""
 
     def __init__(
         self,
         name: str,
-        signature_of: Callable[..., Any],
+        signature_of: Callable[..., Any] | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
