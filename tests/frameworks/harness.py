@@ -130,6 +130,7 @@ __all__ = [
     "SCENARIOS",
     "agent_module",
     "entry_point",
+    "export_corpus",
     "fails",
     "labels",
     "missing",
@@ -174,3 +175,18 @@ def scenarios_by_trace(data: Path) -> dict[str, tuple[str, str]]:
         if match is not None:
             found[trace_id] = (match["framework"], match["scenario"])
     return found
+
+
+def export_corpus(data: Path, out: Path) -> dict[str, str]:
+    """``tailcut export-corpus`` of every scenario run in ``data``; returns scenario -> trace id (the
+    last run of each scenario)."""
+    from click.testing import CliRunner
+
+    from tailcut.cli import cli
+
+    by_scenario = {scenario: trace_id for trace_id, (_, scenario) in scenarios_by_trace(data).items()}
+    traces = [f"--trace={trace_id}" for trace_id in scenarios_by_trace(data)]
+    result = CliRunner().invoke(cli, ["export-corpus", "--data", str(data), "--out", str(out), *traces])
+    if result.exit_code != 0:
+        raise RuntimeError(f"export-corpus failed: {result.output}")
+    return by_scenario
