@@ -294,7 +294,11 @@ def _build(
             "that opens the run's root span must export it (and flush before it exits)"
         )
     root_attrs = _attributes(root) if root else {}
-    fields = conventions.run_fields(root, root_attrs) if root else {}
+    if root is not None and root["kind"] == "llm" and root_attrs.get(attr.REQUEST_PIECED):
+        # An llm call made with no run open: its request, pieces filled in, is the run's input.
+        root = {**root, "request": _whole(root, "request", root_attrs, pieces, stores)[0]}
+    descendants = [(s, _attributes(s)) for s in sorted(spans, key=lambda s: s["span_index"]) if s is not root]
+    fields = conventions.run_fields(root, root_attrs, descendants) if root else {}
     run_input = run_output = None
     if root is not None:
         run_input, why = _resolve(fields["input"].value, None, stores)
