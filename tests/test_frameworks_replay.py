@@ -111,3 +111,28 @@ def test_a_changed_system_prompt_is_a_divergence_at_the_first_model_call(recorde
     assert trace["diverged"] == 1
     assert "llm:openai.chat#1" in json.dumps(trace["first_divergence"]), trace
     assert tools.EXECUTIONS == {}
+
+
+@pytest.mark.parametrize("framework", harness.FRAMEWORKS)
+def test_with_openinference_in_the_same_process_each_call_is_replayed_once(
+    framework, server, model, tmp_path
+):
+    """tailcut and the framework's OpenInference instrumentor both record: the corpus holds each model
+    call and tool call once (tailcut's), and the replay is strict and bit-stable."""
+    reason = harness.missing(framework, "openinference")
+    if reason is not None:
+        pytest.skip(reason)
+    scenarios = ["clean", "tool_raises_caught"]
+    data = harness.record(framework, "tailcut+openinference", scenarios, tmp_path, server)
+    traces = harness.export_corpus(data, tmp_path / "corpus")
+    import pyarrow.parquet as pq
+
+    envelopes = pq.read_table(tmp_path / "corpus" / "envelopes.parquet").to_pylist()
+    clean = [(e["boundary"], e["convention"]) for e in envelopes if e["trace_id"] == traces["clean"]]
+    assert [boundary for boundary, _ in clean if boundary.startswith("llm:")] == ["llm:openai.chat"] * 2
+    assert {convention for _, convention in clean} == {"tailcut"}
+    with server.forbid():
+        status, report = replay(tmp_path / "corpus", harness.entry_point(framework), "-n", "2")
+    assert status == 0, report
+    assert {t["rate"] for t in report["traces"]} == {"bit-stable 2/2 (recorded)"}
+    assert tools.EXECUTIONS == {}

@@ -35,6 +35,8 @@ from tests.test_collector_helpers import write_config
 REPO = Path(__file__).resolve().parents[2]
 FRAMEWORKS = tuple(AGENTS)
 RECORDERS = ("tailcut", *INSTRUMENTORS)
+#: Recorders that run tailcut and a framework instrumentor in one process.
+COMBINED = ("tailcut+openinference",)
 #: framework -> the distribution it needs (for the skip reason when it is not installed)
 _PACKAGES = {
     "langgraph": ("langgraph", "langchain_openai"),
@@ -56,11 +58,12 @@ def entry_point(framework: str) -> str:
 
 def missing(framework: str, recorder: str = "tailcut") -> str | None:
     """Why ``framework`` cannot be recorded by ``recorder`` here (what to install), or None."""
-    if recorder != "tailcut" and framework not in INSTRUMENTORS.get(recorder, {}):
-        return f"{recorder} has no instrumentor for {framework}"
+    third_party = recorder.removeprefix("tailcut+")
+    if third_party != "tailcut" and framework not in INSTRUMENTORS.get(third_party, {}):
+        return f"{third_party} has no instrumentor for {framework}"
     modules = list(_PACKAGES[framework])
-    if recorder != "tailcut":
-        modules.append(INSTRUMENTORS[recorder][framework][0])
+    if third_party != "tailcut":
+        modules.append(INSTRUMENTORS[third_party][framework][0])
     for module in modules:
         if importlib.util.find_spec(module.split(".")[0]) is None or _absent(module):
             return f"{module} is not installed: pip install -e '.[dev]'"

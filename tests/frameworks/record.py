@@ -3,9 +3,10 @@
 ``python -m tests.frameworks.record FRAMEWORK RECORDER ENDPOINT SCENARIO...`` runs one run per scenario
 name given (repeat a name for several runs), with the scripted model server's OpenAI URL in
 ``FRAMEWORKS_MODEL_URL``, and prints one JSON line: how many runs raised. ``RECORDER`` is ``tailcut``
-(``tailcut.init(auto_instrument=True)`` alone) or a third-party instrumentor of :data:`INSTRUMENTORS`
-(alone: tailcut does not record). Each recorder gets its own process, as an agent's would: instrumentors
-patch the same framework and read their settings from the environment.
+(``tailcut.init(auto_instrument=True)`` alone), ``tailcut+openinference`` (both in one process), or a
+third-party instrumentor of :data:`INSTRUMENTORS` (alone: tailcut does not record). Each recorder gets
+its own process, as an agent's would: instrumentors patch the same framework and read their settings
+from the environment.
 """
 
 from __future__ import annotations
@@ -54,10 +55,16 @@ def _quiet_agents_sdk_tracing() -> None:
 
 def _start(framework: str, recorder: str, endpoint: str) -> Any:
     """Turn the recorder on; returns what to shut down at the end."""
-    if recorder == "tailcut":
+    if recorder in ("tailcut", "tailcut+openinference"):
         import tailcut
 
-        tailcut.init(service_name=f"{framework}-tailcut", endpoint=endpoint, auto_instrument=True)
+        provider = tailcut.init(
+            service_name=f"{framework}-{recorder}", endpoint=endpoint, auto_instrument=True
+        )
+        if recorder != "tailcut":  # the framework's own instrumentor too, in the same process
+            module, name, environment = INSTRUMENTORS["openinference"][framework]
+            os.environ.update(environment)
+            getattr(importlib.import_module(module), name)().instrument(tracer_provider=provider)
         return tailcut
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
