@@ -42,12 +42,7 @@ def model_server():
 def model(model_server, monkeypatch):
     """The scenario server, its URL given to the agents; the Agents SDK kept from uploading traces."""
     monkeypatch.setenv(MODEL_URL_ENV, model_server.openai_base_url)
-    try:
-        from agents import set_trace_processors
-    except ImportError:
-        pass
-    else:
-        set_trace_processors([])
+    harness.quiet_agents_sdk_tracing()  # the Agents SDK would upload its traces
     return model_server
 
 

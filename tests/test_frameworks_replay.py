@@ -47,12 +47,7 @@ def recorded(request, server, tmp_path_factory):
 @pytest.fixture
 def model(server, monkeypatch):
     monkeypatch.setenv(MODEL_URL_ENV, server.openai_base_url)
-    try:
-        from agents import set_trace_processors
-    except ImportError:
-        pass
-    else:
-        set_trace_processors([])  # the Agents SDK would upload its traces
+    harness.quiet_agents_sdk_tracing()  # the Agents SDK would upload its traces
     tools.EXECUTIONS.clear()
     return server
 

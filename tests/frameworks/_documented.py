@@ -38,3 +38,18 @@ def model() -> Any:
     from tests.frameworks._common import MODEL, model_url
 
     return OpenAIModel(model_id=MODEL, api_base=model_url(), api_key="test", client_kwargs={"max_retries": 0})
+
+
+def run_smolagent(agent_class: str, framework: str, run_input: Any, system_prompt: str) -> str:
+    """Run the scenario ``run_input`` names with a smolagents agent of ``agent_class``, the system prompt
+    put before smolagents' own; returns the final answer."""
+    import smolagents
+
+    from tests.frameworks._common import scenario_of
+
+    scenario = scenario_of(run_input)
+    agent = getattr(smolagents, agent_class)(
+        tools=smolagents_tools(), model=model(), max_steps=6, verbosity_level=-1
+    )
+    agent.prompt_templates["system_prompt"] = system_prompt + "\n\n" + agent.prompt_templates["system_prompt"]
+    return str(agent.run(scenario.question(framework)))

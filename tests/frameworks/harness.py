@@ -28,7 +28,7 @@ from types import ModuleType
 from tailcut.demo._collector_process import CollectorProcess
 from tailcut.testing import ModelServer
 from tests.frameworks._common import MODEL_URL_ENV
-from tests.frameworks.record import AGENTS, INSTRUMENTORS
+from tests.frameworks.record import AGENTS, INSTRUMENTORS, quiet_agents_sdk_tracing
 from tests.frameworks.scenarios import SCENARIOS, TAG, Label, ScenarioModel
 from tests.test_collector_helpers import write_config
 
@@ -137,6 +137,7 @@ __all__ = [
     "fails",
     "labels",
     "missing",
+    "quiet_agents_sdk_tracing",
     "record",
     "runs",
     "scenario_server",

@@ -44,7 +44,7 @@ AGENTS = {
 }
 
 
-def _quiet_agents_sdk_tracing() -> None:
+def quiet_agents_sdk_tracing() -> None:
     """The Agents SDK uploads its traces to the provider by default: keep every trace on this machine."""
     try:
         from agents import set_trace_processors
@@ -82,7 +82,7 @@ def _start(framework: str, recorder: str, endpoint: str) -> Any:
 
 
 def main(framework: str, recorder: str, endpoint: str, scenarios: list[str]) -> None:
-    _quiet_agents_sdk_tracing()
+    quiet_agents_sdk_tracing()
     stop = _start(framework, recorder, endpoint)
     entry = importlib.import_module(AGENTS[framework])
     from tests.frameworks.scenarios import SCENARIOS

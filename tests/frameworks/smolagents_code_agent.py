@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.frameworks._common import SYSTEM_PROMPT, scenario_of
-from tests.frameworks._documented import model, smolagents_tools
-from tests.frameworks.scenarios import Scenario
+from tests.frameworks._common import SYSTEM_PROMPT
+from tests.frameworks._documented import run_smolagent
 
 FRAMEWORK = "smolagents_code"
 STYLE = "code"
@@ -19,15 +18,6 @@ UNSUPPORTED = {"tool_raises_fatal": "smolagents hands every tool exception back 
 FATAL: frozenset[str] = frozenset()
 
 
-def build(scenario: Scenario, *, system_prompt: str = SYSTEM_PROMPT) -> Any:
-    from smolagents import CodeAgent
-
-    agent = CodeAgent(tools=smolagents_tools(), model=model(), max_steps=6, verbosity_level=-1)
-    agent.prompt_templates["system_prompt"] = system_prompt + "\n\n" + agent.prompt_templates["system_prompt"]
-    return agent
-
-
 def agent(run_input: Any, *, system_prompt: str = SYSTEM_PROMPT) -> str:
     """The entry point: run the scenario the input names; returns the final answer."""
-    scenario = scenario_of(run_input)
-    return str(build(scenario, system_prompt=system_prompt).run(scenario.question(FRAMEWORK)))
+    return run_smolagent("CodeAgent", FRAMEWORK, run_input, system_prompt)
