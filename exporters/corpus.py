@@ -205,6 +205,24 @@ def _root(spans: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(parentless, key=lambda s: (s["kind"] != "root", s["span_index"]), default=None)
 
 
+def _as_crossing(span: dict[str, Any]) -> dict[str, Any]:
+    """A boundary span as a crossing: one of tailcut's that storage counted as a second view of its
+    parent's model call (kind ``other`` under a framework instrumentor's llm span) keeps its kind."""
+    if span["kind"] in attr.BOUNDARY_KINDS:
+        return span
+    return {**span, "kind": span["boundary"].partition(":")[0]}
+
+
+def _mirrored(crossings: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """Third-party crossings of a boundary tailcut recorded in the same trace: they mirror tailcut's
+    (OpenInference's LangChain ``ChatOpenAI`` span beside the ``openai`` call tailcut records, its tool
+    span beside tailcut's), so each call is replayed once, as tailcut recorded it."""
+    ours = {span["boundary"] for span in crossings.values() if span["attempt"] is not None}
+    return {
+        span_id for span_id, span in crossings.items() if span["attempt"] is None and span["boundary"] in ours
+    }
+
+
 def _envelope(
     trace_id: str,
     span: dict[str, Any],
@@ -296,7 +314,11 @@ def _build(
             "that opens the run's root span must export it (and flush before it exits)"
         )
     root_attrs = _attributes(root) if root else {}
-    fields = conventions.run_fields(root, root_attrs) if root else {}
+    if root is not None and root["kind"] == "llm" and root_attrs.get(attr.REQUEST_PIECED):
+        # An llm call made with no run open: its request, pieces filled in, is the run's input.
+        root = {**root, "request": _whole(root, "request", root_attrs, pieces, stores)[0]}
+    descendants = [(s, _attributes(s)) for s in sorted(spans, key=lambda s: s["span_index"]) if s is not root]
+    fields = conventions.run_fields(root, root_attrs, descendants) if root else {}
     run_input = run_output = None
     if root is not None:
         run_input, why = _resolve(fields["input"].value, None, stores)
@@ -304,9 +326,13 @@ def _build(
             problems.append(why or f"the run's input was not recorded: {conventions.INPUT_HINT}")
         run_output, _ = _resolve(fields["output"].value, None, stores)
     crossings = {
-        s["span_id"]: s for s in spans if s["kind"] in attr.BOUNDARY_KINDS and s["boundary"] is not None
+        s["span_id"]: _as_crossing(s)
+        for s in spans
+        if s["boundary"] is not None and (s["kind"] in attr.BOUNDARY_KINDS or s["attempt"] is not None)
     }
     parents = {s["span_id"]: s["parent_span_id"] for s in spans}
+    for duplicate in _mirrored(crossings):
+        del crossings[duplicate]
     envelopes = [
         _envelope(trace_id, span, parents, crossings, stores, pieces, problems)
         for span in spans

@@ -266,7 +266,11 @@ class ReplaySession(CrossingCounts):
             if thread_context.apply():
                 stack.callback(thread_context.restore)
             for instrumentor in self._instrumentors():
-                if instrumentor.apply():
+                try:
+                    applied = instrumentor.apply()
+                except ImportError:  # a framework that is not installed: the agent cannot be using it
+                    continue
+                if applied:
                     stack.callback(instrumentor.restore)
             stack.enter_context(use_interceptor(self))
             stack.enter_context(_rerun_context())
@@ -279,6 +283,11 @@ class ReplaySession(CrossingCounts):
             for prefix, name in _INSTRUMENTORS.items()
             if envelope.boundary.startswith(prefix)
         }
+        if any(envelope.kind == "tool" for envelope in self._envelopes):
+            # A framework's tools are served through its instrumentation (tailcut.instrumentation.FRAMEWORKS).
+            from tailcut.instrumentation import FRAMEWORKS
+
+            names.update(FRAMEWORKS.values())
         found = []
         for name in sorted(names):
             try:

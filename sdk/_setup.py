@@ -93,7 +93,8 @@ def init(
         given (without one, :func:`stats` counts what the provider's own exporters send); otherwise
         tailcut creates and registers one.
     auto_instrument
-        Also instrument the ``openai`` and ``anthropic`` SDKs (those that are installed).
+        Also instrument the ``openai`` and ``anthropic`` SDKs and the agent frameworks (LangChain/LangGraph,
+        the OpenAI Agents SDK, smolagents) that are installed.
     redact
         A hook ``redact(value, *, kind, field) -> value`` run on every payload after the default
         redaction (API keys, bearer tokens, credential-named keys), before anything leaves the process.

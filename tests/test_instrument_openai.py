@@ -512,7 +512,7 @@ def test_the_instrumentor_is_an_opentelemetry_instrumentor():
     instrumentor = OpenAIInstrumentor()
 
     assert isinstance(instrumentor, base)
-    assert list(instrumentor.instrumentation_dependencies()) == ["openai >= 3.0"]
+    assert list(instrumentor.instrumentation_dependencies()) == ["openai >= 2.45, < 4"]
 
 
 # -- stream reassembly, for any reply ------------------------------------------------------------------------

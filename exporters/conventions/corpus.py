@@ -1,7 +1,9 @@
 """What a replay corpus takes from spans of each instrumentation convention.
 
 **The run.** A trace's run is its parentless span, whatever its kind. Its fields come from the first
-source present (the source's name is written beside the field in ``runs.parquet``):
+source present (the source's name is written beside the field in ``runs.parquet``); a run whose
+parentless span has no input takes the input of the first span of the trace (in pre-order) that another
+convention recorded with one:
 
 ==============  ===========================================================================================
 field           sources, in order
@@ -22,7 +24,8 @@ Ingest may have moved an input or output attribute of a third-party span into it
 ``tailcut.attempt``), ``openinference`` (``openinference.span.kind``), ``openllmetry`` (``traceloop.*``,
 ``llm.*`` or OpenLLMetry's ``gen_ai.openai.api_base``/``gen_ai.is_streaming``) or ``genai`` (the rest).
 A third-party tool crossing keeps its recorded arguments as its request, except that OpenLLMetry's
-``{"args": [], "kwargs": {...}}`` becomes the keyword arguments, as tailcut records a call.
+``{"args": [], "kwargs": {...}}`` becomes the keyword arguments, as tailcut records a call, and its
+LangChain callback's ``{"input_str": ..., "inputs": {...}, "metadata": ...}`` becomes ``inputs``.
 A third-party ``llm:openai.chat`` crossing is stored as the OpenAI Chat Completions exchange tailcut's
 ``openai`` instrumentation replays:
 
@@ -43,7 +46,7 @@ What a replay compares of each is in :mod:`tailcut.exporters.conventions.matchin
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
@@ -152,6 +155,9 @@ def tool_request(convention_name: str, request: str | None) -> str | None:
     decoded = loads(request)
     if isinstance(decoded, dict) and set(decoded) == {"args", "kwargs"} and decoded["args"] == []:
         return canonicalize(decoded["kwargs"])[0]
+    if isinstance(decoded, dict) and "input_str" in decoded and isinstance(decoded.get("inputs"), dict):
+        # OpenLLMetry's LangChain callback: the arguments are ``inputs`` (``input_str`` is their repr)
+        return canonicalize(decoded["inputs"])[0]
     return request
 
 
@@ -182,11 +188,30 @@ def _field(
     return None, None
 
 
-def run_fields(root: Mapping[str, Any], attributes: Mapping[str, str]) -> dict[str, Sourced]:
-    """The run's ``input``, ``output`` and ``outcome`` from its parentless span, with their sources."""
+def run_fields(
+    root: Mapping[str, Any],
+    attributes: Mapping[str, str],
+    descendants: Iterable[tuple[Mapping[str, Any], Mapping[str, str]]] = (),
+) -> dict[str, Sourced]:
+    """The run's ``input``, ``output`` and ``outcome`` from its parentless span, with their sources.
+
+    A run whose parentless span carries no input takes it from the first of ``descendants`` (the
+    trace's other spans with their attributes, in pre-order) recorded by another convention that
+    carries one: OpenLLMetry's ``LangGraph.workflow`` under ``invoke_agent LangGraph``, the OpenAI
+    Agents SDK's first LLM span under OpenInference's ``Agent workflow``.
+    """
     outcome = attributes.get(attr.OUTCOME)
+    run_input = Sourced(*_field(root, attributes, output=False))
+    if run_input.value is None:
+        for row, row_attributes in descendants:
+            if convention(row, row_attributes) == TAILCUT:
+                continue
+            found = Sourced(*_field(row, row_attributes, output=False))
+            if found.value is not None:
+                run_input = found
+                break
     return {
-        "input": Sourced(*_field(root, attributes, output=False)),
+        "input": run_input,
         "output": Sourced(*_field(root, attributes, output=True)),
         "outcome": Sourced(outcome, attr.OUTCOME) if outcome is not None else _NONE,
     }

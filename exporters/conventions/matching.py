@@ -10,7 +10,10 @@ convention     a match compares
 =============  ============================================================================================
 tailcut        the whole request body as sent (its sha256)
 openinference  the whole request as ``input.value`` holds it: the keyword arguments of ``create()``
-               (model, messages, tools, every parameter given), which is the body the SDK sends
+               (model, messages, tools, every parameter given), which is the body the SDK sends; the
+               SDK's transport options (``extra_headers``, ``extra_query``, ``extra_body``,
+               ``timeout``) a live call passes and no record holds are not compared (the OpenAI Agents
+               SDK passes ``extra_headers`` that its instrumentor leaves out)
 openllmetry,   ``model``; each message's ``role``, its text, its tool calls (``id``, ``name``, arguments
 genai          as JSON values) and the tool call it answers with its result; the tool *names*, when the
                record lists tools (the GenAI instrumentor does not); and the parameters the record holds
@@ -31,10 +34,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tailcut.canonical import canonicalize, loads
-from tailcut.exporters.conventions.corpus import GENAI, OPENLLMETRY
+from tailcut.exporters.conventions.corpus import GENAI, OPENINFERENCE, OPENLLMETRY
 
 #: Conventions whose llm records are compared in the reduced form below.
 REDUCED: Final = frozenset({OPENLLMETRY, GENAI})
+#: ``create()`` options that shape the HTTP call, not the request the model gets.
+_TRANSPORT_OPTIONS: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 #: Chat Completions body field -> the GenAI parameter name a rebuilt record uses.
 _BODY_PARAMETERS: Final = {
     "temperature": "temperature",
@@ -156,7 +161,13 @@ class Comparison:
         self.convention = convention
         self._tools = False
         self._parameters: set[str] = set()
+        #: Transport options some OpenInference record holds (those are compared).
+        self._options: set[str] = set()
         for text in recorded:
+            if convention == OPENINFERENCE and text is not None:
+                decoded = loads(text)
+                if isinstance(decoded, Mapping):
+                    self._options.update(_TRANSPORT_OPTIONS.intersection(decoded))
             request = self._decoded(text)
             if request is not None:
                 self._tools = self._tools or isinstance(request.get("tools"), list)
@@ -189,6 +200,8 @@ class Comparison:
 
     def live(self, text: str | None) -> tuple[str | None, str | None]:
         """The live Chat Completions body as compared with this boundary's records."""
+        if self.convention == OPENINFERENCE and text is not None:
+            return self._without_transport_options(text)
         body = self._decoded(text)
         if body is None:
             return text, None
@@ -200,4 +213,12 @@ class Comparison:
             [_from_body(m) for m in body.get("messages") or () if isinstance(m, Mapping)],
             _tool_names(body.get("tools")) if self._tools else [],
             {k: v for k, v in given.items() if k in self._parameters},
+        )
+
+    def _without_transport_options(self, text: str) -> tuple[str | None, str | None]:
+        body = loads(text)
+        if not isinstance(body, Mapping) or not (_TRANSPORT_OPTIONS - self._options).intersection(body):
+            return text, None
+        return canonicalize(
+            {k: v for k, v in body.items() if k in self._options or k not in _TRANSPORT_OPTIONS}
         )

@@ -247,4 +247,4 @@ class OpenAIInstrumentor(TailcutInstrumentor):
     """OpenTelemetry instrumentor for the ``openai`` SDK (``opentelemetry-instrument`` loads it)."""
 
     patch_set = INSTRUMENTOR
-    dependencies = ("openai >= 3.0",)
+    dependencies = ("openai >= 2.45, < 4",)

@@ -1,0 +1,52 @@
+"""The framework instrumentors are OpenTelemetry instrumentors: found by ``opentelemetry-instrument``,
+applied once, undone exactly, and never importing their framework at ``import tailcut``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+
+from tailcut.instrumentation import FRAMEWORKS, instrument_framework, uninstrument_framework
+
+#: framework -> (the class patched, its method that records)
+PATCHED = {
+    "langchain": ("langchain_core.tools:StructuredTool", "_run"),
+    "openai_agents": ("agents.run:AgentRunner", "run"),
+    "smolagents": ("smolagents:Tool", "__call__"),
+}
+
+
+def test_every_framework_instrumentor_is_an_entry_point_of_opentelemetry_instrument():
+    found = {e.name: e.value for e in entry_points(group="opentelemetry_instrumentor")}
+    for name in FRAMEWORKS:
+        assert found[f"tailcut_{name}"].startswith(f"tailcut.instrumentation.{name}:")
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+def test_instrumenting_is_idempotent_and_uninstrumenting_restores_the_original(framework):
+    target, method = PATCHED[framework]
+    module, _, name = target.partition(":")
+    owner = getattr(pytest.importorskip(module), name)
+    original = owner.__dict__[method]
+    assert instrument_framework(framework) is True
+    try:
+        assert owner.__dict__[method] is not original
+        assert instrument_framework(framework) is False
+    finally:
+        assert uninstrument_framework(framework) is True
+    assert owner.__dict__[method] is original
+    assert uninstrument_framework(framework) is False
+
+
+def test_import_tailcut_imports_no_framework():
+    frameworks = "{'langchain_core', 'langgraph', 'agents', 'smolagents'}"
+    code = (
+        "import sys, tailcut, tailcut.instrumentation.langchain, tailcut.instrumentation.smolagents, "
+        "tailcut.instrumentation.openai_agents; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {frameworks}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
