@@ -63,6 +63,7 @@ built-in ones.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -136,7 +137,7 @@ def check_rule(rule: ObservationRule) -> str | None:
     if re.search(r"\(\?<?[=!]|\\[1-9]", rule.pattern):
         return f"observation rule {rule.name}: look-arounds and back-references are not supported (RE2)"
     try:
-        re.compile(rule.pattern)
+        re.compile(rule.pattern, re.ASCII)
     except re.error as exc:
         return f"observation rule {rule.name}: pattern is not a regular expression: {exc}"
     return None
@@ -276,15 +277,21 @@ def observe(text: str | None, rules: Sequence[ObservationRule] = RULES) -> Obser
     if not text:
         return None
     for rule in rules:
-        found = re.search(rule.pattern, text)
+        found = _compiled(rule.pattern).search(text)
         if found is not None:
-            kind = next((k for k, pattern in KINDS if re.search(pattern, text)), rule.kind)
+            kind = next((k for k, pattern in KINDS if _compiled(pattern).search(text)), rule.kind)
             return Observation(rule, kind, _quote(text, found.start()))
     return None
 
 
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled as RE2 reads it: ``\\b``, ``\\w``, ``\\d`` and ``\\S`` over ASCII."""
+    return re.compile(pattern, re.ASCII)
+
+
 def _quote(text: str, start: int) -> str:
-    line = text[max(0, start) :].replace("\n", " ").strip()
+    line = text[max(0, start) :].replace("\n", " ").strip(" ")
     return line[:QUOTE_CHARS]
 
 
