@@ -122,6 +122,7 @@ from tailcut.analysis._toolcalls import (
     third_party_lists,
 )
 from tailcut.errors import ConfigError
+from tailcut.exporters.conventions import observations
 
 if TYPE_CHECKING:
     import duckdb
@@ -173,6 +174,10 @@ class Thresholds:
     transient_errors : str
         Regular expression (matched against the lower-cased error type and message) of errors that are
         transient, so identical retries of them are not drift: timeouts, rate limits, unavailability.
+    observation_rules : tuple of ObservationRule
+        The failure observations: texts in which frameworks report a failure (see
+        :mod:`tailcut.exporters.conventions.observations`; configured ones come first, from the collector
+        config's ``processors.tailcut.observation_rules``).
     trust_recorded_counts : bool, default True
         Skip re-validating LLM spans whose SDK-recorded ``tailcut.schema_violations`` is 0 when every
         schema they showed is the enforced one (the same jsonschema check already ran at record time).
@@ -195,6 +200,7 @@ class Thresholds:
         r"timeout|timed out|rate.?limit|too many requests|\b429\b|\b503\b|unavailable|temporar|"
         r"connection (reset|refused|aborted)|overloaded"
     )
+    observation_rules: tuple[observations.ObservationRule, ...] = observations.RULES
     trust_recorded_counts: bool = True
     trust_trace_signals: bool = True
 
@@ -221,36 +227,31 @@ class Thresholds:
         """The thresholds as the named parameters of the classifier's SQL."""
         values = asdict(self)
         values["degraded_finish_reasons"] = list(self.degraded_finish_reasons)
-        del values["trust_trace_signals"]
+        values["observation_pattern"] = observations.any_pattern(self.observation_rules)
+        del values["trust_trace_signals"], values["observation_rules"]
         return values
 
 
 def findings_schema() -> pa.Schema:
-    """The Arrow schema of the ``findings`` table."""
+    """The Arrow schema of the ``findings`` table (:data:`tailcut.exporters.schema.FINDINGS`)."""
+    from tailcut.exporters import schema
+
+    return schema.FINDINGS
+
+
+def rule_rows_schema() -> pa.Schema:
+    """The Arrow schema of the rows each rule gives (:data:`._rules.FINDING_COLUMNS`): the ``findings``
+    table's but ``recovered``, which :func:`_finish` adds once per trace."""
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            pa.field("trace_id", pa.string(), nullable=False),
-            pa.field("category", pa.string(), nullable=False),
-            pa.field("span_id", pa.string()),
-            pa.field("span_name", pa.string()),
-            pa.field("span_kind", pa.string()),
-            pa.field("boundary", pa.string()),
-            pa.field("occurrence", pa.int32()),
-            pa.field("seq", pa.int32()),
-            pa.field("layer", pa.string(), nullable=False),
-            pa.field("evidence", pa.string(), nullable=False),
-            pa.field("confidence", pa.float64(), nullable=False),
-            pa.field("signals", pa.list_(pa.string()), nullable=False),
-        ]
-    )
+    schema = findings_schema()
+    return pa.schema([schema.field(name) for name in _rules.FINDING_COLUMNS])
 
 
 def _run(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> pa.Table:
     """The findings of one category query, in the ``findings`` schema."""
     table = connection.sql(query, params=_rules.named_parameters(query, parameters)).to_arrow_table()
-    return table.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    return table.select(list(_rules.FINDING_COLUMNS)).cast(rule_rows_schema())
 
 
 def _execute(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> None:
@@ -364,10 +365,10 @@ def _positions(n: int) -> pa.Array:
 
 
 def _findings_table(columns: dict[str, Any]) -> pa.Table:
-    """The ``findings`` table of ``columns`` (arrays of the schema's types, by name)."""
+    """The rule rows of ``columns`` (arrays of :func:`rule_rows_schema`'s types, by name)."""
     import pyarrow as pa
 
-    schema = findings_schema()
+    schema = rule_rows_schema()
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
@@ -438,6 +439,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         per_call = _rules.per_call_sql(features=coverage is not None, spans=spans)
         referenced = pool.submit(_on_cursor, _execute, connection, per_call, parameters)
         loops = True  # tool_loop judged at classify time (see _far_in_structure)
+        found: _FromSpans | None = None
         if coverage is None:
             scored.result()
             found = _from_spans(dataset, limits, parameters, ([], []))
@@ -472,13 +474,65 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         running = [pool.submit(_on_cursor, _run, connection, q, parameters) for q in judged]
         drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
         tables = [local, *(r.result() for r in running), _merge_drift(drifts, retries)]
-    table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
+    table = _finish(
+        connection, pa.concat_tables(tables), features=coverage is not None, rows=found is not None
+    )
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
     _features.drop(dataset)
     with contextlib.suppress(Exception):  # registered only on the spans' path
         connection.unregister("_survey")
     return table
+
+
+_FINISH_SQL: Final = """
+WITH run AS (
+    SELECT trace_id, bool_or(status = 'ERROR') AS failed, any_value(outcome) AS outcome
+    FROM ({roots}) AS root(trace_id, status, outcome)
+    WHERE trace_id IN (SELECT trace_id FROM _found)
+    GROUP BY trace_id
+),
+said AS (
+    SELECT trace_id, any_value(outcome) AS outcome FROM traces
+    WHERE trace_id IN (SELECT trace_id FROM _found) GROUP BY trace_id
+),
+kept AS (
+    SELECT * FROM _found
+    WHERE category <> 'silent_degradation'
+       OR trace_id NOT IN (SELECT trace_id FROM _found WHERE category = 'error')
+    QUALIFY row_number() OVER (PARTITION BY trace_id, category ORDER BY coalesce(seq, 0), span_id) = 1
+)
+SELECT k.*, NOT coalesce(r.failed, false) AND coalesce(t.outcome, r.outcome, '') <> 'fail' AS recovered
+FROM kept k LEFT JOIN run r USING (trace_id) LEFT JOIN said t USING (trace_id)
+ORDER BY trace_id, category
+"""
+"""The ``findings`` table of the rules' rows (``_found``): one row per (trace, category), the earliest when
+two rules found one (a tool call that broke its schema and a refusal the harness reported are both a
+``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs that failed
+with no failed boundary and no failure observation); and ``recovered``: the trace's root did not fail and
+its outcome (its ``traces`` row's, else its root span's) is not ``fail``. The roots come from the features
+(``{roots}``) and from ``_rows``, whichever the classification read."""
+_ROOTS_FROM: Final = {
+    "features": f"SELECT trace_id, root_status_code, root_outcome FROM {_features.VIEW} "
+    "WHERE NOT coalesce(root_is_orphan, false)",
+    "rows": "SELECT trace_id, status_code, root_outcome FROM _rows "
+    "WHERE parent_span_id IS NULL AND NOT is_orphan",
+}
+
+
+def _finish(
+    connection: duckdb.DuckDBPyConnection, found: pa.Table, *, features: bool, rows: bool
+) -> pa.Table:
+    """The ``findings`` table (:func:`findings_schema`) of the rules' rows ``found`` (:data:`_FINISH_SQL`),
+    with the roots of the features (``features``) and of ``_rows`` (``rows``)."""
+    sources = [q for name, q in _ROOTS_FROM.items() if {"features": features, "rows": rows}[name]]
+    roots = " UNION ALL ".join(sources) or "SELECT NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR WHERE false"
+    connection.register("_found", found)  # on the connection itself: ``_rows`` is a temporary table
+    try:
+        table = connection.sql(_FINISH_SQL.replace("{roots}", roots)).to_arrow_table()
+    finally:
+        connection.unregister("_found")
+    return table.select(findings_schema().names).cast(findings_schema())
 
 
 def _far_in_structure(connection: duckdb.DuckDBPyConnection, parameters: dict[str, Any]) -> bool:
@@ -553,5 +607,11 @@ def _from_spans(
         book = load_schema_book([*lists, *others], enforced)
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
     retries = _run(connection, _rules.RETRIES_SQL, parameters)
-    local = pa.concat_tables([_run(connection, _rules.ERROR_SQL, parameters), violation_rows(problems)])
+    local = pa.concat_tables(
+        [
+            _run(connection, _rules.error_sql(limits.observation_rules), parameters),
+            _run(connection, _rules.refused_sql(limits.observation_rules), parameters),
+            violation_rows(problems),
+        ]
+    )
     return _FromSpans(local, retries, problems, book)

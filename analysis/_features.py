@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.analysis import _candidates, _rules, _toolcalls
+from tailcut.exporters.conventions import observations
 
 if TYPE_CHECKING:
     import duckdb
@@ -58,16 +59,24 @@ _logger = logging.getLogger("tailcut.exporters")
 TABLE: Final = "trace_features"
 CHECKS_TABLE: Final = "trace_checks"
 #: Bumped whenever what the features hold or how they are computed changes (old rows are then not used).
-VERSION: Final = 2
+VERSION: Final = 3
 #: The relations the classifier reads them through.
 VIEW: Final = "_features"
 CHECKS_VIEW: Final = "_checks"
 
 
-def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
+def rules_key(
+    drift_min_attempts: int,
+    transient_errors: str,
+    observation_rules: tuple[observations.ObservationRule, ...] = observations.RULES,
+) -> str:
     """The ``rules`` column: the version and the thresholds the written features depend on."""
     digest = hashlib.sha256(transient_errors.encode()).hexdigest()[:16]
-    return f"v{VERSION} drift_min_attempts={drift_min_attempts} transient_errors={digest}"
+    observed = observations.rules_key(observation_rules)
+    return (
+        f"v{VERSION} drift_min_attempts={drift_min_attempts} transient_errors={digest} "
+        f"observations={observed}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -75,16 +84,16 @@ def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
 _BATCH: Final = """
 CREATE OR REPLACE TEMP VIEW _batch AS
 SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occurrence, seq, attempt,
-       start_time, end_time, start_time_ns, end_time_ns, span_index, depth, status_code, error_type,
-       status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens, finish_reason,
-       attributes,
+       start_time, end_time, start_time_ns, end_time_ns, span_index, subtree_end, depth, status_code,
+       error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
+       finish_reason, attributes, events,
        CASE WHEN kind = 'llm' THEN request END AS request,
-       CASE WHEN kind IN ('llm', 'retriever') THEN response END AS response
+       CASE WHEN kind IN ('llm', 'retriever', 'tool', 'embedding', 'memory') THEN response END AS response
 FROM batch
 """
-"""The columns of the batch the rules read (payloads only of LLM calls and retrievals), a view over the
-Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct of the few the
-SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
+"""The columns of the batch the rules read (requests only of LLM calls, results only of boundaries), a view
+over the Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct of the
+few the SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
 
 _SPANS_VIEW: Final = f"""
 CREATE OR REPLACE TEMP VIEW spans AS SELECT * REPLACE (
@@ -103,13 +112,15 @@ SELECT min(trace_id),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL),
        count(*) FILTER (WHERE kind = 'tool' AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL),
-       coalesce(bool_or(status_code = 'ERROR' AND parent_span_id IS NULL), false),
+       coalesce(bool_or(status_code = 'ERROR' OR len(events) > 0
+                        OR kind IN ('tool', 'retriever', 'embedding', 'memory')), false),
        coalesce(bool_or(kind = 'tool' AND attempt > 1), false)
 FROM _batch
 """
 """What the batch holds: its first trace, ``llm`` spans without and with a hash of their tools, tool spans
-that enforce a schema, whether a root failed and whether a tool call was retried (queries that could
-find nothing are not run)."""
+that enforce a schema, whether some span may show an ``error`` or a refused output (a failed span, an
+event, a boundary's result) and whether a tool call was retried (queries that could find nothing are not
+run)."""
 
 _FIRST_LISTS: Final = f"""
 SELECT key, first, trace_id, span_id FROM (
@@ -363,9 +374,9 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     """The features of the batch registered as ``batch`` and viewed as ``spans`` (see the module doc)."""
     import pyarrow as pa
 
-    from tailcut.analysis._classify import findings_schema
+    from tailcut.analysis._classify import rule_rows_schema
 
-    [(owner, third_party, listed, enforcing, failed_root, retried)] = connection.execute(_SHAPE).fetchall()
+    [(owner, third_party, listed, enforcing, may_fail, retried)] = connection.execute(_SHAPE).fetchall()
     lists: list[tuple[str, str, str | None]] = []
     if listed:
         connection.register("_first_lists", connection.sql(_FIRST_LISTS).to_arrow_table())
@@ -391,7 +402,8 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     calls, violations = _open_calls(connection, book, parameters)
     [judgeable] = connection.execute(_JUDGEABLE, _rules.named_parameters(_JUDGEABLE, parameters)).fetchall()
     queries = (
-        (_rules.ERROR_SQL, failed_root),
+        (_rules.error_sql(limits.observation_rules), may_fail),
+        (_rules.refused_sql(limits.observation_rules), may_fail),
         (_rules.RETRIES_SQL, retried),
         *((q, needed) for (_, q), needed in zip(WRITTEN_JUDGMENTS, judgeable, strict=True)),
     )
@@ -400,7 +412,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         for q, needed in queries
         if needed
     ]
-    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema()) for t in local]
+    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(rule_rows_schema()) for t in local]
     connection.register("_local", pa.concat_tables([*local, violations]))
     connection.register("_calls", calls)
     connection.register(
@@ -426,7 +438,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         ),
     )
     connection.register("_base", connection.sql(_BASE).to_arrow_table())
-    rules = rules_key(limits.drift_min_attempts, limits.transient_errors)
+    rules = rules_key(limits.drift_min_attempts, limits.transient_errors, limits.observation_rules)
     return connection.sql(_assemble_sql(), params={"rules": rules}).to_arrow_table()
 
 
@@ -501,6 +513,7 @@ _SPAN_COLUMNS: Final = (
     "start_time",
     "end_time",
     "span_index",
+    "subtree_end",
     "depth",
     "status_code",
     "error_type",
@@ -514,6 +527,7 @@ _SPAN_COLUMNS: Final = (
     "attributes",
     "request",
     "response",
+    "events",
 )
 
 _COVERAGE: Final = f"""
@@ -652,7 +666,7 @@ def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
         return None
     connection = dataset.connection
     pattern = _source.table_glob(dataset.location, TABLE)
-    rules = {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors)}
+    rules = {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors, limits.observation_rules)}
     try:
         [(files,)] = connection.execute("SELECT count(*) FROM glob(?)", [pattern]).fetchall()
         if not files:
@@ -753,9 +767,9 @@ def read(book: _toolcalls.SchemaBook, checks: pa.Table) -> tuple[pa.Table, pa.Ta
     :func:`._toolcalls.problems_schema`). No SQL: the classifier runs this while its first statements run."""
     import pyarrow.compute as pc
 
-    from tailcut.analysis._classify import findings_schema
+    from tailcut.analysis._classify import rule_rows_schema
 
-    local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    local = _flatten(checks, "local_findings").select(list(_rules.FINDING_COLUMNS)).cast(rule_rows_schema())
     drift = pc.equal(local["category"], "schema_drift")
     calls = _flatten(checks, "calls").sort_by(
         [("trace_id", "ascending"), ("seq", "ascending"), ("call_index", "ascending")]

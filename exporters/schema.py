@@ -401,6 +401,27 @@ TRACE_CHECKS: Final = pa.schema(
     metadata={TABLE_KEY: b"trace_checks", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
+#: ``DATA/findings/findings.parquet``: one row per (trace, category) that ``tailcut classify`` finds, pointing
+#: at the first span that shows it (``tailcut.analysis._classify`` tabulates the rules).
+FINDINGS: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        _f("category", pa.string(), False),
+        _f("span_id", pa.string()),
+        _f("span_name", pa.string()),
+        _f("span_kind", pa.string()),
+        _f("boundary", pa.string()),
+        _f("occurrence", pa.int32()),
+        _f("seq", pa.int32()),
+        _f("layer", pa.string(), False),
+        _f("evidence", pa.string(), False),
+        _f("confidence", pa.float64(), False),
+        _f("signals", pa.list_(pa.string()), False),  # which rules fired, and an error's sub-kind
+        # the run survived it: its root did not fail and its outcome is not fail (schema 2, issue 27)
+        _f("recovered", pa.bool_(), False),
+    ]
+)
+
 TABLES: Final = {
     "spans": SPANS,
     "traces": TRACES,

@@ -206,7 +206,7 @@ RULES: Final[tuple[ObservationRule, ...]] = (
     # a tool or code failed and the framework handed that to the model
     _R("smolagents.tool_error", r"Error when executing tool \S+ with arguments|Error executing tool '"),
     _R("smolagents.code_execution", r"Code execution failed (at line|due to)"),
-    _R("langgraph.tool_error", r"\n ?[Pp]lease fix your mistakes\."),
+    _R("langgraph.tool_error", r"(\n|\\n) ?[Pp]lease fix your mistakes\."),
     _R(
         "langchain.tool_message_error",
         r"\"type\": ?\"tool\"[^}]{0,400}\"status\": ?\"error\"|"
@@ -350,12 +350,18 @@ def any_pattern(rules: Sequence[ObservationRule] = RULES) -> str:
     return "|".join(f"(?:{r.pattern})" for r in rules)
 
 
-def sql_observation(text: str, rules: Sequence[ObservationRule] = RULES) -> str:
-    """A DuckDB expression: the observation of the text expression ``text`` as a struct ``{rule,
-    category, layer, kind, quote}``, or NULL when no rule matches (the same answer as :func:`observe`)."""
+def sql_kind(text: str, default: str) -> str:
+    """A DuckDB expression: the sub-kind :data:`KINDS` find in the text expression ``text``, else the SQL
+    expression ``default``."""
     kinds = " ".join(
         f"WHEN regexp_matches({text}, {_literal(pattern)}) THEN {_literal(kind)}" for kind, pattern in KINDS
     )
+    return f"CASE {kinds} ELSE {default} END"
+
+
+def sql_observation(text: str, rules: Sequence[ObservationRule] = RULES) -> str:
+    """A DuckDB expression: the observation of the text expression ``text`` as a struct ``{rule,
+    category, layer, kind, quote}``, or NULL when no rule matches (the same answer as :func:`observe`)."""
     branches = []
     for r in rules:
         before = f"length(regexp_replace({text}, {_literal(f'(?s)(?:{r.pattern}).*')}, ''))"
@@ -364,6 +370,6 @@ def sql_observation(text: str, rules: Sequence[ObservationRule] = RULES) -> str:
         branches.append(
             f"WHEN regexp_matches({text}, {_literal(r.pattern)}) THEN {{'rule': {_literal(r.name)}, "
             f"'category': {_literal(r.category)}, 'layer': {layer}::VARCHAR, "
-            f"'kind': CASE {kinds} ELSE {_literal(r.kind)} END, 'quote': {quote}}}"
+            f"'kind': {sql_kind(text, _literal(r.kind))}, 'quote': {quote}}}"
         )
     return f"CASE {' '.join(branches)} END"
