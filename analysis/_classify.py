@@ -491,6 +491,8 @@ WITH run AS (
     FROM ({roots}) AS root(trace_id, status, outcome)
     WHERE trace_id IN (SELECT trace_id FROM _found)
     GROUP BY trace_id
+    UNION ALL
+    SELECT trace_id, true, NULL FROM _found WHERE category = 'error' AND list_contains(signals, 'run failed')
 ),
 said AS (
     SELECT trace_id, any_value(outcome) AS outcome FROM traces
@@ -503,14 +505,19 @@ kept AS (
     QUALIFY row_number() OVER (PARTITION BY trace_id, category ORDER BY coalesce(seq, 0), span_id) = 1
 )
 SELECT k.*, NOT coalesce(r.failed, false) AND coalesce(t.outcome, r.outcome, '') <> 'fail' AS recovered
-FROM kept k LEFT JOIN run r USING (trace_id) LEFT JOIN said t USING (trace_id)
+FROM kept k
+LEFT JOIN (SELECT trace_id, bool_or(failed) AS failed, any_value(outcome) AS outcome FROM run GROUP BY ALL) r
+    USING (trace_id)
+LEFT JOIN said t USING (trace_id)
 ORDER BY trace_id, category
 """
 """The ``findings`` table of the rules' rows (``_found``): one row per (trace, category), the earliest when
 two rules found one (a tool call that broke its schema and a refusal the harness reported are both a
 ``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs that failed
 with no failed boundary and no failure observation); and ``recovered``: the trace's root did not fail and
-its outcome (its ``traces`` row's, else its root span's) is not ``fail``. The roots come from the features
+its outcome (its ``traces`` row's, else its root span's) is not ``fail`` (an agent span that failed, which
+the ``error`` rule says with its ``run failed`` signal, fails the run too: the OpenAI Agents SDK's workflow
+root stays OK when its agent raised). The roots come from the features
 (``{roots}``) and from ``_rows``, whichever the classification read."""
 _ROOTS_FROM: Final = {
     "features": f"SELECT trace_id, root_status_code, root_outcome FROM {_features.VIEW} "

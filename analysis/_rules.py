@@ -204,8 +204,9 @@ def _in(kinds: tuple[str, ...]) -> str:
 
 #: A span's **failure text** (over span columns): its status message, the type and message of each of its
 #: ``exception`` events and the message of any other event that carries one (smolagents' step
-#: ``agent.step_recovery``), and the start of a boundary's result (a JSON string result unquoted). NULL when
-#: all are empty. The observation rules (:mod:`tailcut.exporters.conventions.observations`) read it.
+#: ``agent.step_recovery``), and the start of a boundary's result (a JSON string result unquoted; a message
+#: object's ``content``, such as LangChain's ``ToolMessage``, first). NULL when all are empty. The
+#: observation rules (:mod:`tailcut.exporters.conventions.observations`) read it.
 FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
     status_message,
     nullif(array_to_string(list_transform(
@@ -216,6 +217,8 @@ FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
         chr(10)), ''),
     CASE WHEN kind IN {_in(RESULT_KINDS)} AND response IS NOT NULL
          THEN left(CASE WHEN json_type(response) = 'VARCHAR' THEN response ->> '$'
+                        WHEN json_type(response, '$.content') = 'VARCHAR'
+                        THEN (response ->> '$.content') || chr(10) || CAST(response AS VARCHAR)
                         ELSE CAST(response AS VARCHAR) END, {RESULT_CHARS}) END), '')"""
 
 #: Whether a span carries an ``exception`` event (over span columns).
@@ -277,15 +280,20 @@ def error_sql(rules: tuple[observations.ObservationRule, ...] = observations.RUL
     (``error``-category observations), whether or not the run survived it; else when its root failed. The
     finding points at the earliest (by start) of those spans that has none below it (the tool, not the
     agent step that reported it); a report on a span that is no boundary (a framework's step) points at
-    the first llm span that starts after it, whose request carries it, else at the span. With only a failed
-    root, the walk down its ERROR children finds the earliest failed span with no failed child."""
+    the first llm span that starts after it, whose request carries it, else at the span. A failed boundary
+    whose failure is the harness refusing the call (a ``schema_violation`` observation: an unexpected
+    argument) is that finding's, not an ``error``. With only a failed root, the walk down its ERROR children
+    finds the earliest failed span with no failed child. ``signals`` holds ``failed boundary`` or
+    ``failure observation``, the sub-kind, and ``run failed`` when the root or an agent span failed."""
     return f"""
 WITH RECURSIVE
 {_observed_facts(rules)},
 shown AS (
     SELECT *, {observations.sql_kind("failure_text", _DEFAULT_KIND)} AS sub_kind,
            count(*) OVER (PARTITION BY trace_id) AS n_shown
-    FROM facts WHERE failed_boundary OR observed.category = 'error'
+    FROM facts
+    WHERE (failed_boundary AND observed.category IS DISTINCT FROM 'schema_violation')
+       OR observed.category = 'error'
 ),
 first_shown AS (
     SELECT * FROM shown s
@@ -329,10 +337,10 @@ causes AS (
     QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY start_time, span_index, span_id) = 1
 ),
 runs AS (
-    SELECT trace_id, bool_or(status_code = 'ERROR') AS failed,
-           any_value(error_type) FILTER (WHERE status_code = 'ERROR') AS run_error
+    SELECT trace_id, true AS failed, arg_min(error_type, span_index) AS run_error
     FROM _rows
-    WHERE parent_span_id IS NULL AND NOT is_orphan AND trace_id IN (SELECT trace_id FROM first_shown)
+    WHERE status_code = 'ERROR' AND NOT is_orphan AND (parent_span_id IS NULL OR kind = 'agent')
+      AND trace_id IN (SELECT trace_id FROM first_shown)
     GROUP BY trace_id
 ),
 status_text AS (
@@ -355,7 +363,8 @@ SELECT s.trace_id, 'error' AS category, {_SPAN}, {_error_layer("p", "p.sub_kind"
                  THEN '; the run failed' || coalesce(' with ' || regexp_extract(r.run_error, '[^.]+$'), '')
                  ELSE '' END AS evidence,
        CASE WHEN p.failed_boundary THEN 1.0 ELSE 0.9 END AS confidence,
-       [CASE WHEN p.failed_boundary THEN 'failed boundary' ELSE 'failure observation' END, p.sub_kind]
+       list_filter([CASE WHEN p.failed_boundary THEN 'failed boundary' ELSE 'failure observation' END,
+                    p.sub_kind, CASE WHEN r.failed THEN 'run failed' END], lambda x: x IS NOT NULL)
            AS signals
 FROM pointed p
 LEFT JOIN status_text t ON t.trace_id = p.trace_id AND t.span_id = p.span_id

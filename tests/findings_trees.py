@@ -195,7 +195,8 @@ SCENARIOS: dict[str, Scenario] = {
             ),
         ],
         {"error": ("lookup_order", "environment")},
-        recovered=True,
+        recovered=False,  # its agent failed, though the workflow root stays OK
+        signals=("failed boundary", "tool_exception", "run failed"),
     ),
     # a tool's result is an HTTP error text; its span stays OK
     "tool_returns_403": Scenario(
@@ -313,10 +314,7 @@ SCENARIOS: dict[str, Scenario] = {
             Span("Step 2", "CHAIN", "ToolCallingAgent.run", 410, 990),
             llm("OpenAIServerModel.generate#2", "Step 2", 420, 980),
         ),
-        {
-            "error": ("check_stock", "tool_schema"),
-            "schema_violation": ("OpenAIServerModel.generate", "tool_schema"),
-        },
+        {"schema_violation": ("OpenAIServerModel.generate", "tool_schema")},  # the refusal, no error
         recovered=True,
     ),
     # a run that fails with no failed boundary and no failure observation: silent_degradation

@@ -17,10 +17,11 @@ report (``name``)                  finding, layer         text, as the framework
 =================================  =====================  ===================================================
 ``smolagents.tool_error``          error                  ``Error when executing tool X with arguments ...``
                                                           (≤ 1.10), ``Error executing tool 'X' with ...``
-``smolagents.tool_call``           schema_violation,      ``Invalid call to tool 'X' with arguments ...``
-                                   tool_schema
-``smolagents.unknown_tool``        schema_violation,      ``Unknown tool X, should be one of: ...``
-                                   tool_schema
+``smolagents.tool_call``           schema_violation,      ``Invalid call to tool 'X' with arguments ...``,
+                                   tool_schema            ``Argument X is not in the tool's input schema``
+``smolagents.unknown_tool``        schema_violation,      ``Unknown tool X, should be one of: ...``; code
+                                   tool_schema            calling a function ``not among the explicitly
+                                                          allowed tools``
 ``smolagents.code_execution``      error                  ``Code execution failed at line '...' due to: ...``
 ``smolagents.code_parsing``        schema_violation,      ``Code parsing failed on line N due to: ...``,
                                    model                  ``Error in code parsing``, ``Your code snippet is
@@ -36,14 +37,15 @@ report (``name``)                  finding, layer         text, as the framework
                                                           try again.`` (``default_tool_error_function``)
 ``openai_agents.invalid_json``     schema_violation,      ``Invalid JSON input for tool X``
                                    model
-``openai_agents.unknown_tool``     schema_violation,      ``Tool X not found in agent Y``
-                                   tool_schema
-``python.arguments``               error, tool_schema     ``got an unexpected keyword argument``, ``missing N
-                                                          required positional argument``, ``validation
+``openai_agents.unknown_tool``     schema_violation,      ``Tool X not found in agent Y``, ``Tool not found:
+                                   tool_schema            {'tool_name': ...}`` (its span error)
+``python.arguments``               schema_violation,      ``got an unexpected keyword argument``, ``missing N
+                                   tool_schema            required positional argument``, ``validation
                                                           error for``
 ``http.status``                    error                  ``404 Client Error``, ``503 Server Error``,
                                                           ``Error 403``, ``HTTP Error 429``, ``Error code:
-                                                          429`` (the openai SDK), ``HTTP/1.1 502``
+                                                          429`` (the openai SDK), ``HTTP/1.1 502``, ``HTTP
+                                                          429 Too Many Requests``
 ``provider.error_body``            error                  ``"type": "rate_limit_error"`` and the other
                                                           Anthropic error types, OpenAI's
                                                           ``"code": "rate_limit_exceeded"`` /
@@ -149,11 +151,15 @@ _R = ObservationRule
 RULES: Final[tuple[ObservationRule, ...]] = (
     # the harness refused the model's output
     _R(
-        "smolagents.tool_call", r"Invalid call to tool '", "tool_exception", "schema_violation", "tool_schema"
+        "smolagents.tool_call",
+        r"Invalid call to tool '|Argument \S+ is not in the tool's input schema|\bAgentToolCallError\b",
+        "tool_exception",
+        "schema_violation",
+        "tool_schema",
     ),
     _R(
         "smolagents.unknown_tool",
-        r"Unknown tool \S+, should be one of",
+        r"Unknown tool \S+, should be one of|is not among the explicitly allowed tools",
         "tool_exception",
         "schema_violation",
         "tool_schema",
@@ -188,19 +194,19 @@ RULES: Final[tuple[ObservationRule, ...]] = (
     ),
     _R(
         "openai_agents.unknown_tool",
-        r"Tool \S+ not found in agent",
+        r"Tool \S+ not found in agent|Tool not found: \{'tool_name'",
         "tool_exception",
         "schema_violation",
         "tool_schema",
     ),
-    # a tool's arguments broke its contract (the tool span, or the framework's report of it)
+    # a call broke a tool's contract (the tool span, or the framework's report of it)
     _R(
         "python.arguments",
         r"got an unexpected keyword argument|missing \d+ required (positional|keyword-only) argument"
         r"|\d+ validation errors? for |You should call this tool with correct input arguments"
         r"|should only use this tool with a correct input",
         "tool_exception",
-        "error",
+        "schema_violation",
         "tool_schema",
     ),
     # a tool or code failed and the framework handed that to the model
@@ -217,7 +223,7 @@ RULES: Final[tuple[ObservationRule, ...]] = (
     _R(
         "http.status",
         r"\b[45]\d\d (Client|Server) Error\b|^\W{0,4}(HTTP )?[Ee]rror:? ?(code:? ?)?[45]\d\d\b"
-        r"|\bError code: [45]\d\d\b|^\W{0,4}HTTP/\d(\.\d)? [45]\d\d\b",
+        r"|\bError code: [45]\d\d\b|^\W{0,4}HTTP(/\d(\.\d)?)? [45]\d\d\b",
         "environment",
     ),
     _R(
@@ -254,8 +260,7 @@ KINDS: Final[tuple[tuple[str, str], ...]] = (
     (
         "service",
         r"\b5\d\d (Server Error|Service)|\bError code: 5\d\d\b|(?i:service unavailable)|(?i:bad gateway)"
-        r"|(?i:internal server error)|overloaded_error|\bAPIConnectionError\b"
-        r"|(?i:connection (refused|reset))",
+        r"|(?i:internal server error)|overloaded_error|\bAPIConnectionError\b",
     ),
 )
 
