@@ -202,6 +202,16 @@ def _in(kinds: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{k}'" for k in kinds) + ")"
 
 
+#: The text of a result that is a message object (:data:`observations.RESULT_TEXT_PATHS`), else NULL.
+_MESSAGE_TEXT: Final = (
+    "coalesce("
+    + ", ".join(
+        f"CASE WHEN json_type(response, '{path}') = 'VARCHAR' THEN response ->> '{path}' END"
+        for path in observations.RESULT_TEXT_PATHS
+    )
+    + ")"
+)
+
 #: A span's **failure text** (over span columns): its status message, the type and message of each of its
 #: ``exception`` events and the message of any other event that carries one (smolagents' step
 #: ``agent.step_recovery``), and the start of a boundary's result (a JSON string result unquoted; a message
@@ -217,9 +227,8 @@ FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
         chr(10)), ''),
     CASE WHEN kind IN {_in(RESULT_KINDS)} AND response IS NOT NULL
          THEN left(CASE WHEN json_type(response) = 'VARCHAR' THEN response ->> '$'
-                        WHEN json_type(response, '$.content') = 'VARCHAR'
-                        THEN (response ->> '$.content') || chr(10) || CAST(response AS VARCHAR)
-                        ELSE CAST(response AS VARCHAR) END, {RESULT_CHARS}) END), '')"""
+                        ELSE concat_ws(chr(10), {_MESSAGE_TEXT}, CAST(response AS VARCHAR)) END,
+                   {RESULT_CHARS}) END), '')"""
 
 #: Whether a span carries an ``exception`` event (over span columns).
 HAS_EXCEPTION: Final = "coalesce(len(list_filter(events, lambda e: e.name = 'exception')) > 0, false)"

@@ -264,6 +264,12 @@ KINDS: Final[tuple[tuple[str, str], ...]] = (
     ),
 )
 
+#: Where a tool result that is a message object keeps its text, per convention: a LangChain
+#: ``ToolMessage`` as OpenInference records it (``data.content``), as OpenLLMetry does
+#: (``output.kwargs.content``), LangChain's own serialisation (``kwargs.content``), and any
+#: ``{"content": ...}`` message. The text is searched first.
+RESULT_TEXT_PATHS: Final = ("$.content", "$.data.content", "$.kwargs.content", "$.output.kwargs.content")
+
 #: Evidence quotes at most this many characters of the text, from where the report starts.
 QUOTE_CHARS: Final = 160
 
