@@ -349,6 +349,25 @@ def rules_from_config(entries: Any, where: str = "observation_rules") -> tuple[O
     return tuple(rules)
 
 
+def rules_from_config_file(path: str) -> tuple[ObservationRule, ...]:
+    """The rules of ``processors.tailcut.observation_rules`` in a collector config file, followed by the
+    built-in ones (:func:`with_extra`). Raises ``ValueError`` naming the file and the key that is wrong."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the config: {exc}") from None
+    processors = (document or {}).get("processors") if isinstance(document, Mapping) else None
+    block = processors.get("tailcut") if isinstance(processors, Mapping) else None
+    entries = block.get("observation_rules") if isinstance(block, Mapping) else None
+    try:
+        return with_extra(rules_from_config(entries, where="processors.tailcut.observation_rules"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
 # ---------------------------------------------------------------------------------------------- as SQL
 
 
