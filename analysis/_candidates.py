@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
-from tailcut.analysis._rules import FAILURE_TEXT, HAS_EXCEPTION, failed_boundary, named_parameters
+from tailcut.analysis._rules import FAILURE_TEXT, HAS_EXCEPTION, RULE_KIND, failed_boundary, named_parameters
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -138,7 +138,8 @@ _EMPTY_RESULT: Final = (
 
 ROWS_SQL: Final = f"""
 CREATE OR REPLACE TEMP TABLE _rows AS
-SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orphan, name, kind, boundary,
+SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orphan, name, {RULE_KIND} AS kind,
+       boundary,
        occurrence, seq, attempt, start_time, end_time, span_index, subtree_end, depth, status_code,
        error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
        finish_reason,

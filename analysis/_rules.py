@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tailcut.exporters.conventions import observations
+from tailcut.exporters.conventions import mapping, observations
 
 FINDING_COLUMNS: Final = (
     "trace_id",
@@ -229,6 +229,14 @@ FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
          THEN left(CASE WHEN json_type(response) = 'VARCHAR' THEN response ->> '$'
                         ELSE concat_ws(chr(10), {_MESSAGE_TEXT}, CAST(response AS VARCHAR)) END,
                    {RESULT_CHARS}) END), '')"""
+
+#: A span's kind as the rules see it: an ``llm`` span that only prepares the request its sibling sends is
+#: not a model call (:func:`tailcut.exporters.conventions.mapping.is_preparation_span`).
+RULE_KIND: Final = (
+    "CASE WHEN kind = 'llm' AND ("
+    + " OR ".join(f"suffix(name, '{end}')" for end in mapping.PREPARATION_SPAN_SUFFIXES)
+    + ") THEN 'other' ELSE kind END"
+)
 
 #: Whether a span carries an ``exception`` event (over span columns).
 HAS_EXCEPTION: Final = "coalesce(len(list_filter(events, lambda e: e.name = 'exception')) > 0, false)"

@@ -259,6 +259,27 @@ SCENARIOS: dict[str, Scenario] = {
         recovered=True,
         signals=("failure observation", "rate_limited"),
     ),
+    # LlamaIndex under OpenInference: a preparation span beside each model call is no model call
+    "llamaindex_preparation_span": Scenario(
+        [
+            Span("FunctionAgent.run", "AGENT", None, 0, 1000),
+            Span(
+                "FunctionAgent.step#1",
+                "CHAIN",
+                "FunctionAgent.run",
+                10,
+                400,
+                error="ToolError",
+                events=[exception("ToolError", "Code execution failed due to: ReadTimeout")],
+            ),
+            Span("FunctionAgent.step#2", "CHAIN", "FunctionAgent.run", 410, 990),
+            llm("OpenAI._prepare_chat_with_tools", "FunctionAgent.step#2", 415, 418),
+            llm("OpenAI.astream_chat", "FunctionAgent.step#2", 420, 980),
+        ],
+        {"error": ("OpenAI.astream_chat", "environment")},
+        recovered=True,
+        signals=("failure observation", "timeout"),
+    ),
     # smolagents CodeAgent: the model's code does not parse; the harness says so
     "smolagents_code_parsing_failed": Scenario(
         [
