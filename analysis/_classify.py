@@ -439,7 +439,6 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         per_call = _rules.per_call_sql(features=coverage is not None, spans=spans)
         referenced = pool.submit(_on_cursor, _execute, connection, per_call, parameters)
         loops = True  # tool_loop judged at classify time (see _far_in_structure)
-        found: _FromSpans | None = None
         if coverage is None:
             scored.result()
             found = _from_spans(dataset, limits, parameters, ([], []))
@@ -474,9 +473,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         running = [pool.submit(_on_cursor, _run, connection, q, parameters) for q in judged]
         drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
         tables = [local, *(r.result() for r in running), _merge_drift(drifts, retries)]
-    table = _finish(
-        connection, pa.concat_tables(tables), features=coverage is not None, rows=found is not None
-    )
+    table = _finish(connection, pa.concat_tables(tables))
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
     _features.drop(dataset)
@@ -486,13 +483,10 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
 
 
 _FINISH_SQL: Final = """
-WITH run AS (
-    SELECT trace_id, bool_or(status = 'ERROR') AS failed, any_value(outcome) AS outcome
-    FROM ({roots}) AS root(trace_id, status, outcome)
-    WHERE trace_id IN (SELECT trace_id FROM _found)
-    GROUP BY trace_id
-    UNION ALL
-    SELECT trace_id, true, NULL FROM _found WHERE category = 'error' AND list_contains(signals, 'run failed')
+WITH failed AS (
+    SELECT DISTINCT trace_id FROM _found
+    WHERE category = 'error'
+      AND (list_contains(signals, 'run failed') OR list_contains(signals, 'root status ERROR'))
 ),
 said AS (
     SELECT trace_id, any_value(outcome) AS outcome FROM traces
@@ -504,39 +498,24 @@ kept AS (
        OR trace_id NOT IN (SELECT trace_id FROM _found WHERE category = 'error')
     QUALIFY row_number() OVER (PARTITION BY trace_id, category ORDER BY coalesce(seq, 0), span_id) = 1
 )
-SELECT k.*, NOT coalesce(r.failed, false) AND coalesce(t.outcome, r.outcome, '') <> 'fail' AS recovered
-FROM kept k
-LEFT JOIN (SELECT trace_id, bool_or(failed) AS failed, any_value(outcome) AS outcome FROM run GROUP BY ALL) r
-    USING (trace_id)
-LEFT JOIN said t USING (trace_id)
+SELECT k.*, k.trace_id NOT IN (SELECT trace_id FROM failed) AND coalesce(t.outcome, '') <> 'fail' AS recovered
+FROM kept k LEFT JOIN said t USING (trace_id)
 ORDER BY trace_id, category
 """
 """The ``findings`` table of the rules' rows (``_found``): one row per (trace, category), the earliest when
 two rules found one (a tool call that broke its schema and a refusal the harness reported are both a
 ``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs that failed
-with no failed boundary and no failure observation); and ``recovered``: the trace's root did not fail and
-its outcome (its ``traces`` row's, else its root span's) is not ``fail`` (an agent span that failed, which
-the ``error`` rule says with its ``run failed`` signal, fails the run too: the OpenAI Agents SDK's workflow
-root stays OK when its agent raised). The roots come from the features
-(``{roots}``) and from ``_rows``, whichever the classification read."""
-_ROOTS_FROM: Final = {
-    "features": f"SELECT trace_id, root_status_code, root_outcome FROM {_features.VIEW} "
-    "WHERE NOT coalesce(root_is_orphan, false)",
-    "rows": "SELECT trace_id, status_code, root_outcome FROM _rows "
-    "WHERE parent_span_id IS NULL AND NOT is_orphan",
-}
+with no failed boundary and no failure observation); and ``recovered``: the run did not fail and its
+outcome (its ``traces`` row's) is not ``fail``. A run that failed always has an ``error`` finding that says
+so (``run failed``: its root or an agent span failed, the OpenAI Agents SDK's workflow root staying OK when
+its agent raised; ``root status ERROR``: the root failed with no failed boundary), so no span is read."""
 
 
-def _finish(
-    connection: duckdb.DuckDBPyConnection, found: pa.Table, *, features: bool, rows: bool
-) -> pa.Table:
-    """The ``findings`` table (:func:`findings_schema`) of the rules' rows ``found`` (:data:`_FINISH_SQL`),
-    with the roots of the features (``features``) and of ``_rows`` (``rows``)."""
-    sources = [q for name, q in _ROOTS_FROM.items() if {"features": features, "rows": rows}[name]]
-    roots = " UNION ALL ".join(sources) or "SELECT NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR WHERE false"
-    connection.register("_found", found)  # on the connection itself: ``_rows`` is a temporary table
+def _finish(connection: duckdb.DuckDBPyConnection, found: pa.Table) -> pa.Table:
+    """The ``findings`` table (:func:`findings_schema`) of the rules' rows ``found`` (:data:`_FINISH_SQL`)."""
+    connection.register("_found", found)
     try:
-        table = connection.sql(_FINISH_SQL.replace("{roots}", roots)).to_arrow_table()
+        table = connection.sql(_FINISH_SQL).to_arrow_table()
     finally:
         connection.unregister("_found")
     return table.select(findings_schema().names).cast(findings_schema())
