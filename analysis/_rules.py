@@ -299,18 +299,23 @@ def error_sql(rules: tuple[observations.ObservationRule, ...] = observations.RUL
     agent step that reported it); a report on a span that is no boundary (a framework's step) points at
     the first llm span that starts after it, whose request carries it, else at the span. A failed boundary
     whose failure is the harness refusing the call (a ``schema_violation`` observation: an unexpected
-    argument) is that finding's, not an ``error``. With only a failed root, the walk down its ERROR children
-    finds the earliest failed span with no failed child. ``signals`` holds ``failed boundary`` or
+    argument) is that finding's, not an ``error``. Any other failed span counts too when the run's root did
+    not fail (a framework's step or agent span: every span the ``errors`` trace signal counts has a finding).
+    With only failed spans that are no boundary under a failed root, the walk down its ERROR children finds
+    the earliest failed span with no failed child. ``signals`` holds ``failed boundary`` or
     ``failure observation``, the sub-kind, and ``run failed`` when the root or an agent span failed."""
     return f"""
 WITH RECURSIVE
 {_observed_facts(rules)},
+failed_runs AS (SELECT trace_id FROM _rows WHERE parent_span_id IS NULL AND status_code = 'ERROR'),
 shown AS (
     SELECT *, {observations.sql_kind("failure_text", _DEFAULT_KIND)} AS sub_kind,
            count(*) OVER (PARTITION BY trace_id) AS n_shown
     FROM facts
-    WHERE (failed_boundary AND observed.category IS DISTINCT FROM 'schema_violation')
-       OR observed.category = 'error'
+    WHERE observed.category = 'error'
+       OR (observed.category IS DISTINCT FROM 'schema_violation'
+           AND (failed_boundary
+                OR (status_code = 'ERROR' AND trace_id NOT IN (SELECT trace_id FROM failed_runs))))
 ),
 first_shown AS (
     SELECT * FROM shown s
@@ -320,7 +325,8 @@ first_shown AS (
 ),
 pointed AS (
     SELECT f.*,
-           CASE WHEN NOT f.failed_boundary AND f.kind NOT IN {_in(FAILING_KINDS)} THEN
+           CASE WHEN f.observed IS NOT NULL AND NOT f.failed_boundary
+                     AND f.kind NOT IN {_in(FAILING_KINDS)} THEN
                (SELECT arg_min(l.span_id, (l.start_time, l.span_index)) FROM _rows l
                 WHERE l.trace_id = f.trace_id AND l.kind = 'llm' AND l.start_time >= f.end_time)
            END AS next_llm
@@ -380,7 +386,8 @@ SELECT s.trace_id, 'error' AS category, {_SPAN}, {_error_layer("p", "p.sub_kind"
                  THEN '; the run failed' || coalesce(' with ' || regexp_extract(r.run_error, '[^.]+$'), '')
                  ELSE '' END AS evidence,
        CASE WHEN p.failed_boundary THEN 1.0 ELSE 0.9 END AS confidence,
-       list_filter([CASE WHEN p.failed_boundary THEN 'failed boundary' ELSE 'failure observation' END,
+       list_filter([CASE WHEN p.failed_boundary THEN 'failed boundary'
+                         WHEN p.observed IS NOT NULL THEN 'failure observation' ELSE 'failed span' END,
                     p.sub_kind, CASE WHEN r.failed THEN 'run failed' END], lambda x: x IS NOT NULL)
            AS signals
 FROM pointed p
