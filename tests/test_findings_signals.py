@@ -1,6 +1,6 @@
 """Per-trace signals and findings agree (issue 27): a trace the ``errors`` signal would keep for a failure has
 a finding for it, over random span trees in the OpenInference shape, through ``tailcut ingest`` and
-``classify``; and the one definition of a failed boundary (:func:`tailcut.analysis._rules.failed_boundary`)."""
+``classify``; and the one definition of a failed boundary (:func:`._rules.failed_boundary`)."""
 
 from __future__ import annotations
 
