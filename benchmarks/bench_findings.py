@@ -61,7 +61,7 @@ def main() -> int:
             for category in CATEGORIES:
                 recall, precision = score.recall(category), score.precision(category)
                 met &= all(v is None or v >= GOAL for v in (recall, precision))
-                cells.append(f"{_cell(recall)} {_cell(precision)}")
+                cells.append(f"{_cell(recall):>11s} {_cell(precision)}")
             met &= score.clean_findings == 0
             lines.append(
                 f"{framework + '/' + recorder:30s} " + "   ".join(cells) + f"   {score.clean_findings:5d}"
@@ -70,13 +70,13 @@ def main() -> int:
                 print(f"  miss  {miss}")
             for extra in score.extras:
                 print(f"  extra {extra}")
-    header = "   ".join(f"{c[:16]:>16s}" for c in CATEGORIES)
+    header = "   ".join(f"{c[:16]:>16s}" for c in CATEGORIES)  # each cell: recall, precision (16 wide)
     print()
     print(f"{'framework/recorder':30s} {header}   clean")
     print(f"{'':30s} " + "   ".join(f"{'recall prec':>16s}" for _ in CATEGORIES) + "   finds")
     for line in lines:
         print(line)
-    cells = [f"{_cell(total.recall(c))} {_cell(total.precision(c))}" for c in CATEGORIES]
+    cells = [f"{_cell(total.recall(c)):>11s} {_cell(total.precision(c))}" for c in CATEGORIES]
     print(f"{'all':30s} " + "   ".join(cells) + f"   {total.clean_findings:5d}")
     print(
         f"\ngoal: recall and precision >= {GOAL} for every category and framework, 0 on clean runs: "
