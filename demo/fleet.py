@@ -23,7 +23,7 @@ ticket kind         what happens                                           categ
                     fails the run; v2 escalates
 ``exchange``        an exchange form: v1's router sends it to ``refund``,  error / none
                     which cannot take it, and the run fails
-``cancel_order``    a cancel form for a shipped order: the rejection is    tool_loop + error / none
+``cancel_order``    a cancel form for a shipped order: the rejection is    tool_loop + error / error
                     retried 4 times by v1, taken as final by v2
 ``warranty``        v1's prompt lost the rule to quote the order number    silent_degradation / none
                     in warranty answers, so the answer fails the evaluator
@@ -94,7 +94,7 @@ INJECTED: Final[dict[str, dict[str, frozenset[str]]]] = {
     "address_change": {"v1": frozenset({"schema_drift", "error"}), "v2": frozenset()},
     "refund_large": {"v1": frozenset({"error"}), "v2": frozenset()},
     "exchange": {"v1": frozenset({"error"}), "v2": frozenset()},
-    "cancel_order": {"v1": frozenset({"tool_loop", "error"}), "v2": frozenset()},
+    "cancel_order": {"v1": frozenset({"tool_loop", "error"}), "v2": frozenset({"error"})},
     "warranty": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
     "return_status": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
     "timeout": {"v1": frozenset({"error"}), "v2": frozenset({"error"})},
