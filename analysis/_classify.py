@@ -8,22 +8,33 @@ attempt, not the run that gave up). The rules, with the layer each points to:
 ======================  ===========================  ============================  ===========================
 category                fires when                   first span                    layer
 ======================  ===========================  ============================  ===========================
-``error``               the root span's status is    walking down from the root    by that span's kind: tool,
-                        ERROR                        through ERROR children only:  retriever, embedding,
-                                                     the earliest-starting failed  memory → ``environment``;
-                                                     span with no failed child     llm → ``model``; the run's
-                                                     (the root itself when no      own code (root, agent,
-                                                     child failed)                 chain, router...) →
-                                                                                   ``workflow``
+``error``               a boundary failed (a tool,   the earliest (by start) of    a report's own
+                        retriever, embedding,        those spans with none below   (``tool_schema``...); a
+                        memory or llm span with      it: the tool span, not the    tool, retriever,
+                        status ERROR or an           step that reported it; a      embedding, memory →
+                        ``exception`` event), or a   report on a step with no      ``environment``; a
+                        failure observation (a       boundary: the first llm span  sub-kind of the world
+                        framework's error report in  after it (its request         (``rate_limited``,
+                        a result, event or status    carries it); with a failed    ``auth``, ``not_found``,
+                        message: :mod:`tailcut.      root and only other failed    ``timeout``, ``service``,
+                        exporters.conventions.       spans, the walk down its      ``resource_exhausted``) →
+                        observations`), or another   ERROR children to the         ``environment``; llm →
+                        span failed under an OK      earliest failed span with no  ``model``; the run's own
+                        root; or the run failed.     failed child                  code → ``workflow``
+                        Whether or not the run
+                        survived it (``recovered``)
 
 ``schema_violation``    a tool call's arguments are  the llm span that emitted     ``prompt``: the model was
                         not JSON, fail the JSON      the bad call (the earliest,   shown the rule and broke
-                        Schema of that tool as sent  if several)                   it; ``model`` when the
-                        in the same request, or                                    arguments are not JSON;
-                        name a tool the request did                                ``tool_schema`` when the
-                        not offer                                                  tool was not offered, or
-                                                                                   was offered twice with
-                                                                                   different schemas
+                        Schema of that tool as sent  if several); for a refusal,   it; ``model`` when the
+                        in the same request, or      the llm span that produced    arguments are not JSON or
+                        name a tool the request did  the output (the last to end   a format broke;
+                        not offer; or the harness    before the report)            ``tool_schema`` when the
+                        refused the model's output                                 tool was not offered, was
+                        (a ``schema_violation``                                    offered twice with
+                        observation: a parse error,                                different schemas, or a
+                        an unknown tool, an                                        call broke its contract
+                        unexpected argument)
 
 ``schema_drift``        (a) arguments fail the       (a) the llm span whose call   ``tool_schema``
                         schema the tool enforces     followed the old contract;
@@ -56,8 +67,9 @@ category                fires when                   first span                 
                                                                                    ``workflow`` (the harness
                                                                                    sent it or made more calls)
 
-``silent_degradation``  the root is not ERROR and:   a retriever that failed or    ``memory`` when a retriever
-                        outcome ``fail``, or         returned nothing, or a        or memory result is
+``silent_degradation``  no ``error`` (no failed      a retriever that failed or    ``memory`` when a retriever
+                        boundary, no observation)
+                        and: outcome ``fail``, or    returned nothing, or a        or memory result is
                         ``outcome_score`` <          memory span that failed (the  implicated; else ``model``
                         ``score_threshold``, or the  earliest); else the llm span  when the answer was cut off
                         final answer stopped with a  that produced the final       or is empty; else
