@@ -29,17 +29,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
-from tailcut.analysis._rules import named_parameters
+from tailcut.analysis._rules import FAILURE_TEXT, HAS_EXCEPTION, RULE_KIND, failed_boundary, named_parameters
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from tailcut.analysis._dataset import Dataset
 
-#: A span that shows a category by itself: a failed root (or orphan), a failed retry of a tool call
-#: (identical retries), an ``llm`` span cut off or with no output (the final answer may be it).
+#: A span that shows a category by itself: a failed span (a failed root or boundary, or a framework's step
+#: that failed), a boundary with an ``exception`` event, a span whose failure text reports a failure
+#: (``$observation_pattern``: any observation rule), an ``llm`` span cut off or with no output (the final
+#: answer may be it).
 _SIGN: Final = (
-    "(status_code = 'ERROR' AND (coalesce(depth, 0) = 0 OR (kind = 'tool' AND attempt > 1))) "
+    f"status_code = 'ERROR' OR {failed_boundary(exception=HAS_EXCEPTION)} "
+    f"OR coalesce(regexp_matches({FAILURE_TEXT}, $observation_pattern), false) "
     "OR (kind = 'llm' AND (list_contains($degraded_finish_reasons, finish_reason) OR output_tokens = 0))"
 )
 
@@ -69,7 +72,8 @@ FROM (
                CASE WHEN coalesce(depth, 0) = 0 THEN attributes['{attr.RUN_OUTPUT}'] ELSE 'x' END AS output,
                {_SIGN} AS sign
         FROM {{spans}}
-        WHERE kind IN ('llm', 'tool') OR coalesce(depth, 0) = 0
+        WHERE kind IN ('llm', 'tool', 'retriever', 'embedding', 'memory') OR coalesce(depth, 0) = 0
+           OR status_code = 'ERROR' OR len(events) > 0
     )
 )
 GROUP BY ALL
@@ -134,9 +138,12 @@ _EMPTY_RESULT: Final = (
 
 ROWS_SQL: Final = f"""
 CREATE OR REPLACE TEMP TABLE _rows AS
-SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orphan, name, kind, boundary,
-       occurrence, seq, attempt, start_time, end_time, span_index, depth, status_code, error_type,
-       status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens, finish_reason,
+SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orphan, name, {RULE_KIND} AS kind,
+       boundary,
+       occurrence, seq, attempt, start_time, end_time, span_index, subtree_end, depth, status_code,
+       error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
+       finish_reason,
+       {FAILURE_TEXT} AS failure_text, {HAS_EXCEPTION} AS has_exception,
        attributes['{attr.TOOLS_SHA256}'] AS tools_key,
        TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER) AS recorded_violations,
        attributes['{attr.TOOL_SCHEMA_SHA256}'] AS schema_sha,
@@ -152,8 +159,8 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        {{request_tools}} AS request_tools,
        {_EMPTY_RESULT} AS empty_result
 FROM {{spans}} JOIN _candidates c ON hash(trace_id) = c.trace
-WHERE kind IN ('llm', 'tool', 'retriever', 'memory') OR status_code = 'ERROR' OR parent_span_id IS NULL
-   OR list_contains(c.deep, depth)
+WHERE kind IN ('llm', 'tool', 'retriever', 'embedding', 'memory') OR status_code = 'ERROR'
+   OR parent_span_id IS NULL OR len(events) > 0 OR list_contains(c.deep, depth)
 """
 """The spans (of ``{spans}``, as in :data:`SURVEY_SQL`) of the suspect traces that some rule reads
 (boundary spans, failed spans, roots, the deepest spans of traces far too deep or large), with the

@@ -8,22 +8,33 @@ attempt, not the run that gave up). The rules, with the layer each points to:
 ======================  ===========================  ============================  ===========================
 category                fires when                   first span                    layer
 ======================  ===========================  ============================  ===========================
-``error``               the root span's status is    walking down from the root    by that span's kind: tool,
-                        ERROR                        through ERROR children only:  retriever, embedding,
-                                                     the earliest-starting failed  memory → ``environment``;
-                                                     span with no failed child     llm → ``model``; the run's
-                                                     (the root itself when no      own code (root, agent,
-                                                     child failed)                 chain, router...) →
-                                                                                   ``workflow``
+``error``               a boundary failed (a tool,   the earliest (by start) of    a report's own
+                        retriever, embedding,        those spans with none below   (``tool_schema``...); a
+                        memory or llm span with      it: the tool span, not the    tool, retriever,
+                        status ERROR or an           step that reported it; a      embedding, memory →
+                        ``exception`` event), or a   report on a step with no      ``environment``; a
+                        failure observation (a       boundary: the first llm span  sub-kind of the world
+                        framework's error report in  after it (its request         (``rate_limited``,
+                        a result, event or status    carries it); with a failed    ``auth``, ``not_found``,
+                        message: :mod:`tailcut.      root and only other failed    ``timeout``, ``service``,
+                        exporters.conventions.       spans, the walk down its      ``resource_exhausted``) →
+                        observations`), or another   ERROR children to the         ``environment``; llm →
+                        span failed under an OK      earliest failed span with no  ``model``; the run's own
+                        root; or the run failed.     failed child                  code → ``workflow``
+                        Whether or not the run
+                        survived it (``recovered``)
 
 ``schema_violation``    a tool call's arguments are  the llm span that emitted     ``prompt``: the model was
                         not JSON, fail the JSON      the bad call (the earliest,   shown the rule and broke
-                        Schema of that tool as sent  if several)                   it; ``model`` when the
-                        in the same request, or                                    arguments are not JSON;
-                        name a tool the request did                                ``tool_schema`` when the
-                        not offer                                                  tool was not offered, or
-                                                                                   was offered twice with
-                                                                                   different schemas
+                        Schema of that tool as sent  if several); for a refusal,   it; ``model`` when the
+                        in the same request, or      the llm span that produced    arguments are not JSON or
+                        name a tool the request did  the output (the last to end   a format broke;
+                        not offer; or the harness    before the report)            ``tool_schema`` when the
+                        refused the model's output                                 tool was not offered, was
+                        (a ``schema_violation``                                    offered twice with
+                        observation: a parse error,                                different schemas, or a
+                        an unknown tool, an                                        call broke its contract
+                        unexpected argument)
 
 ``schema_drift``        (a) arguments fail the       (a) the llm span whose call   ``tool_schema``
                         schema the tool enforces     followed the old contract;
@@ -56,8 +67,9 @@ category                fires when                   first span                 
                                                                                    ``workflow`` (the harness
                                                                                    sent it or made more calls)
 
-``silent_degradation``  the root is not ERROR and:   a retriever that failed or    ``memory`` when a retriever
-                        outcome ``fail``, or         returned nothing, or a        or memory result is
+``silent_degradation``  no ``error`` (no failed      a retriever that failed or    ``memory`` when a retriever
+                        boundary, no observation)
+                        and: outcome ``fail``, or    returned nothing, or a        or memory result is
                         ``outcome_score`` <          memory span that failed (the  implicated; else ``model``
                         ``score_threshold``, or the  earliest); else the llm span  when the answer was cut off
                         final answer stopped with a  that produced the final       or is empty; else
@@ -122,6 +134,7 @@ from tailcut.analysis._toolcalls import (
     third_party_lists,
 )
 from tailcut.errors import ConfigError
+from tailcut.exporters.conventions import observations
 
 if TYPE_CHECKING:
     import duckdb
@@ -173,6 +186,10 @@ class Thresholds:
     transient_errors : str
         Regular expression (matched against the lower-cased error type and message) of errors that are
         transient, so identical retries of them are not drift: timeouts, rate limits, unavailability.
+    observation_rules : tuple of ObservationRule
+        The failure observations: texts in which frameworks report a failure (see
+        :mod:`tailcut.exporters.conventions.observations`; configured ones come first, from the collector
+        config's ``processors.tailcut.observation_rules``).
     trust_recorded_counts : bool, default True
         Skip re-validating LLM spans whose SDK-recorded ``tailcut.schema_violations`` is 0 when every
         schema they showed is the enforced one (the same jsonschema check already ran at record time).
@@ -195,6 +212,7 @@ class Thresholds:
         r"timeout|timed out|rate.?limit|too many requests|\b429\b|\b503\b|unavailable|temporar|"
         r"connection (reset|refused|aborted)|overloaded"
     )
+    observation_rules: tuple[observations.ObservationRule, ...] = observations.RULES
     trust_recorded_counts: bool = True
     trust_trace_signals: bool = True
 
@@ -221,36 +239,31 @@ class Thresholds:
         """The thresholds as the named parameters of the classifier's SQL."""
         values = asdict(self)
         values["degraded_finish_reasons"] = list(self.degraded_finish_reasons)
-        del values["trust_trace_signals"]
+        values["observation_pattern"] = observations.any_pattern(self.observation_rules)
+        del values["trust_trace_signals"], values["observation_rules"]
         return values
 
 
 def findings_schema() -> pa.Schema:
-    """The Arrow schema of the ``findings`` table."""
+    """The Arrow schema of the ``findings`` table (:data:`tailcut.exporters.schema.FINDINGS`)."""
+    from tailcut.exporters import schema
+
+    return schema.FINDINGS
+
+
+def rule_rows_schema() -> pa.Schema:
+    """The Arrow schema of the rows each rule gives (:data:`._rules.FINDING_COLUMNS`): the ``findings``
+    table's but ``recovered``, which :func:`_finish` adds once per trace."""
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            pa.field("trace_id", pa.string(), nullable=False),
-            pa.field("category", pa.string(), nullable=False),
-            pa.field("span_id", pa.string()),
-            pa.field("span_name", pa.string()),
-            pa.field("span_kind", pa.string()),
-            pa.field("boundary", pa.string()),
-            pa.field("occurrence", pa.int32()),
-            pa.field("seq", pa.int32()),
-            pa.field("layer", pa.string(), nullable=False),
-            pa.field("evidence", pa.string(), nullable=False),
-            pa.field("confidence", pa.float64(), nullable=False),
-            pa.field("signals", pa.list_(pa.string()), nullable=False),
-        ]
-    )
+    schema = findings_schema()
+    return pa.schema([schema.field(name) for name in _rules.FINDING_COLUMNS])
 
 
 def _run(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> pa.Table:
     """The findings of one category query, in the ``findings`` schema."""
     table = connection.sql(query, params=_rules.named_parameters(query, parameters)).to_arrow_table()
-    return table.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema())
+    return table.select(list(_rules.FINDING_COLUMNS)).cast(rule_rows_schema())
 
 
 def _execute(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> None:
@@ -364,10 +377,10 @@ def _positions(n: int) -> pa.Array:
 
 
 def _findings_table(columns: dict[str, Any]) -> pa.Table:
-    """The ``findings`` table of ``columns`` (arrays of the schema's types, by name)."""
+    """The rule rows of ``columns`` (arrays of :func:`rule_rows_schema`'s types, by name)."""
     import pyarrow as pa
 
-    schema = findings_schema()
+    schema = rule_rows_schema()
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
@@ -456,7 +469,7 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
                 book = found.book
             else:
                 found, book = None, load_schema_book(*schemas)
-            local, retries, problems = _features_stored.read(book, stored.checks, findings_schema())
+            local, retries, problems = _features_stored.read(book, stored.checks, rule_rows_schema())
             roles_filled.result()
             local = _standing(local, connection, written=written, loops=loops)
             if found is not None:
@@ -473,13 +486,52 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
         running = [pool.submit(_on_cursor, _run, connection, q, parameters) for q in judged]
         drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
         tables = [local, *(r.result() for r in running), _merge_drift(drifts, retries)]
-    table = pa.concat_tables(tables).sort_by([("trace_id", "ascending"), ("category", "ascending")])
+    table = _finish(connection, pa.concat_tables(tables))
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
     _features_coverage.drop(dataset)
     with contextlib.suppress(Exception):  # registered only on the spans' path
         connection.unregister("_survey")
     return table
+
+
+_FINISH_SQL: Final = """
+WITH failed AS (
+    SELECT DISTINCT trace_id FROM _found
+    WHERE category = 'error'
+      AND (list_contains(signals, 'run failed') OR list_contains(signals, 'root status ERROR'))
+),
+said AS (
+    SELECT trace_id, any_value(outcome) AS outcome FROM traces
+    WHERE trace_id IN (SELECT trace_id FROM _found) GROUP BY trace_id
+),
+kept AS (
+    SELECT * FROM _found
+    WHERE category <> 'silent_degradation'
+       OR trace_id NOT IN (SELECT trace_id FROM _found WHERE category = 'error')
+    QUALIFY row_number() OVER (PARTITION BY trace_id, category ORDER BY coalesce(seq, 0), span_id) = 1
+)
+SELECT k.*, k.trace_id NOT IN (SELECT trace_id FROM failed) AND coalesce(t.outcome, '') <> 'fail' AS recovered
+FROM kept k LEFT JOIN said t USING (trace_id)
+ORDER BY trace_id, category
+"""
+"""The ``findings`` table of the rules' rows (``_found``): one row per (trace, category), the earliest when
+two rules found one (a tool call that broke its schema and a refusal the harness reported are both a
+``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs that failed
+with no failed boundary and no failure observation); and ``recovered``: the run did not fail and its
+outcome (its ``traces`` row's) is not ``fail``. A run that failed always has an ``error`` finding that says
+so (``run failed``: its root or an agent span failed, the OpenAI Agents SDK's workflow root staying OK when
+its agent raised; ``root status ERROR``: the root failed with no failed boundary), so no span is read."""
+
+
+def _finish(connection: duckdb.DuckDBPyConnection, found: pa.Table) -> pa.Table:
+    """The ``findings`` table (:func:`findings_schema`) of the rules' rows ``found`` (:data:`_FINISH_SQL`)."""
+    connection.register("_found", found)
+    try:
+        table = connection.sql(_FINISH_SQL).to_arrow_table()
+    finally:
+        connection.unregister("_found")
+    return table.select(findings_schema().names).cast(findings_schema())
 
 
 def _far_in_structure(connection: duckdb.DuckDBPyConnection, parameters: dict[str, Any]) -> bool:
@@ -554,5 +606,11 @@ def _from_spans(
         book = load_schema_book([*lists, *others], enforced)
     problems = check_calls(dataset, book, trust_recorded_counts=limits.trust_recorded_counts)
     retries = _run(connection, _rules.RETRIES_SQL, parameters)
-    local = pa.concat_tables([_run(connection, _rules.ERROR_SQL, parameters), violation_rows(problems)])
+    local = pa.concat_tables(
+        [
+            _run(connection, _rules.error_sql(limits.observation_rules), parameters),
+            _run(connection, _rules.refused_sql(limits.observation_rules), parameters),
+            violation_rows(problems),
+        ]
+    )
     return _FromSpans(local, retries, problems, book)

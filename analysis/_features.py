@@ -22,11 +22,12 @@ from functools import cache
 from typing import Final
 
 from tailcut.analysis import _rules
+from tailcut.exporters.conventions import observations
 
 TABLE: Final = "trace_features"
 CHECKS_TABLE: Final = "trace_checks"
 #: Bumped whenever what the features hold or how they are computed changes (old rows are then not used).
-VERSION: Final = 2
+VERSION: Final = 3
 #: The relations the classifier reads them through.
 VIEW: Final = "_features"
 CHECKS_VIEW: Final = "_checks"
@@ -37,10 +38,18 @@ CHECKS_VIEW: Final = "_checks"
 WRITTEN_JUDGMENTS: Final = (("tool_loop", _rules.LOOP_SQL), ("silent_degradation", _rules.SILENT_SQL))
 
 
-def rules_key(drift_min_attempts: int, transient_errors: str) -> str:
+def rules_key(
+    drift_min_attempts: int,
+    transient_errors: str,
+    observation_rules: tuple[observations.ObservationRule, ...] = observations.RULES,
+) -> str:
     """The ``rules`` column: the version and the thresholds the written features depend on."""
     digest = hashlib.sha256(transient_errors.encode()).hexdigest()[:16]
-    return f"v{VERSION} drift_min_attempts={drift_min_attempts} transient_errors={digest}"
+    observed = observations.rules_key(observation_rules)
+    return (
+        f"v{VERSION} drift_min_attempts={drift_min_attempts} transient_errors={digest} "
+        f"observations={observed}"
+    )
 
 
 @cache

@@ -46,16 +46,16 @@ _logger = logging.getLogger("tailcut.analysis")
 _BATCH: Final = """
 CREATE OR REPLACE TEMP VIEW _batch AS
 SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occurrence, seq, attempt,
-       start_time, end_time, start_time_ns, end_time_ns, span_index, depth, status_code, error_type,
-       status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens, finish_reason,
-       attributes,
+       start_time, end_time, start_time_ns, end_time_ns, span_index, subtree_end, depth, status_code,
+       error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
+       finish_reason, attributes, events,
        CASE WHEN kind = 'llm' THEN request END AS request,
-       CASE WHEN kind IN ('llm', 'retriever') THEN response END AS response
+       CASE WHEN kind IN ('llm', 'retriever', 'tool', 'embedding', 'memory') THEN response END AS response
 FROM batch
 """
-"""The columns of the batch the rules read (payloads only of LLM calls and retrievals), a view over the
-Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct of the few the
-SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
+"""The columns of the batch the rules read (requests only of LLM calls, results only of boundaries), a view
+over the Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct of the
+few the SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
 
 _SPANS_VIEW: Final = f"""
 CREATE OR REPLACE TEMP VIEW spans AS SELECT * REPLACE (
@@ -74,13 +74,15 @@ SELECT min(trace_id),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL),
        count(*) FILTER (WHERE kind = 'tool' AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL),
-       coalesce(bool_or(status_code = 'ERROR' AND parent_span_id IS NULL), false),
+       coalesce(bool_or(status_code = 'ERROR' OR len(events) > 0
+                        OR kind IN ('tool', 'retriever', 'embedding', 'memory')), false),
        coalesce(bool_or(kind = 'tool' AND attempt > 1), false)
 FROM _batch
 """
 """What the batch holds: its first trace, ``llm`` spans without and with a hash of their tools, tool spans
-that enforce a schema, whether a root failed and whether a tool call was retried (queries that could
-find nothing are not run)."""
+that enforce a schema, whether some span may show an ``error`` or a refused output (a failed span, an
+event, a boundary's result) and whether a tool call was retried (queries that could find nothing are not
+run)."""
 
 _FIRST_LISTS: Final = f"""
 SELECT key, first, trace_id, span_id FROM (
@@ -321,9 +323,9 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     """The features of the batch registered as ``batch`` and viewed as ``spans`` (see the module doc)."""
     import pyarrow as pa
 
-    from tailcut.analysis._classify import findings_schema
+    from tailcut.analysis._classify import rule_rows_schema
 
-    [(owner, third_party, listed, enforcing, failed_root, retried)] = connection.execute(_SHAPE).fetchall()
+    [(owner, third_party, listed, enforcing, may_fail, retried)] = connection.execute(_SHAPE).fetchall()
     lists: list[tuple[str, str, str | None]] = []
     if listed:
         connection.register("_first_lists", connection.sql(_FIRST_LISTS).to_arrow_table())
@@ -349,7 +351,8 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
     calls, violations = _open_calls(connection, book, parameters)
     [judgeable] = connection.execute(_JUDGEABLE, _rules.named_parameters(_JUDGEABLE, parameters)).fetchall()
     queries = (
-        (_rules.ERROR_SQL, failed_root),
+        (_rules.error_sql(limits.observation_rules), may_fail),
+        (_rules.refused_sql(limits.observation_rules), may_fail),
         (_rules.RETRIES_SQL, retried),
         *((q, needed) for (_, q), needed in zip(WRITTEN_JUDGMENTS, judgeable, strict=True)),
     )
@@ -358,7 +361,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         for q, needed in queries
         if needed
     ]
-    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(findings_schema()) for t in local]
+    local = [t.select(list(_rules.FINDING_COLUMNS)).cast(rule_rows_schema()) for t in local]
     connection.register("_local", pa.concat_tables([*local, violations]))
     connection.register("_calls", calls)
     connection.register(
@@ -384,7 +387,7 @@ def _features(connection: duckdb.DuckDBPyConnection, limits: Thresholds) -> pa.T
         ),
     )
     connection.register("_base", connection.sql(_BASE).to_arrow_table())
-    rules = rules_key(limits.drift_min_attempts, limits.transient_errors)
+    rules = rules_key(limits.drift_min_attempts, limits.transient_errors, limits.observation_rules)
     return connection.sql(_assemble_sql(), params={"rules": rules}).to_arrow_table()
 
 

@@ -50,6 +50,7 @@ _SPAN_COLUMNS: Final = (
     "start_time",
     "end_time",
     "span_index",
+    "subtree_end",
     "depth",
     "status_code",
     "error_type",
@@ -63,6 +64,7 @@ _SPAN_COLUMNS: Final = (
     "attributes",
     "request",
     "response",
+    "events",
 )
 
 _COVERAGE: Final = f"""
@@ -199,7 +201,7 @@ def usable(dataset: Dataset, limits: Thresholds) -> Coverage | None:
         return None
     connection = dataset.connection
     pattern = _source.table_glob(dataset.location, TABLE)
-    rules = {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors)}
+    rules = {"rules": rules_key(limits.drift_min_attempts, limits.transient_errors, limits.observation_rules)}
     try:
         [(files,)] = connection.execute("SELECT count(*) FROM glob(?)", [pattern]).fetchall()
         if not files:

@@ -89,6 +89,8 @@ class Report:
     incidents : list of tuple
         ``(category, trace_id, first span id, boundary)`` of a few traces per category, the ones the
         HTML report links to in the trace viewer (``tailcut ui``) when given its URL.
+    survival : list of CountRow
+        Per category, the findings whose run survived them (``recovered``) and those whose run failed.
     """
 
     location: str
@@ -103,6 +105,8 @@ class Report:
     distributions: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     timeline: list[tuple[dt.datetime, int, int]] = field(default_factory=list)
     incidents: list[tuple[str, str, str | None, str]] = field(default_factory=list)
+    #: per category, its findings whose run survived them and those whose run failed (``recovered``)
+    survival: list[CountRow] = field(default_factory=list)
 
     # --- records -------------------------------------------------------------------------------------------
     def to_record(self) -> dict[str, Any]:
@@ -137,6 +141,7 @@ class Report:
             ],
             "layers": [_finding_record("layer", row) for row in self.layers],
             "boundaries": [_finding_record("boundary", row) for row in self.boundaries],
+            "survival": [_finding_record("category", row) for row in self.survival],
         }
 
     def rows(self) -> list[dict[str, Any]]:
@@ -229,6 +234,7 @@ class Report:
         for title, rows, label in (
             ("layers implicated", self.layers, "layer"),
             ("top offending boundaries", self.boundaries, "boundary"),
+            ("findings the run survived (recovered) or not", self.survival, "category"),
         ):
             table = Table(title=title, title_justify="left")
             table.add_column(label)
@@ -483,6 +489,12 @@ def build_report(dataset: Dataset, *, truth: Mapping[str, float] | None = None) 
             f"SELECT coalesce(f.boundary, f.span_name, '(trace)'), count(*), sum({weight}), "
             "string_agg(DISTINCT f.category, ', ' ORDER BY f.category) "
             "FROM findings f JOIN traces t USING (trace_id) GROUP BY 1 ORDER BY 3 DESC, 1 LIMIT 10",
+        ),
+        survival=_count_rows(
+            dataset,
+            f"SELECT f.category || CASE WHEN f.recovered THEN ': run survived' ELSE ': run failed' END, "
+            f"count(*), sum({weight}), '' FROM findings f JOIN traces t USING (trace_id) "
+            "GROUP BY 1 ORDER BY 1",
         ),
         truth=truth,
         distributions=_distributions(dataset),

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from tailcut.exporters.conventions import mapping, observations
+
 FINDING_COLUMNS: Final = (
     "trace_id",
     "category",
@@ -188,12 +190,152 @@ def per_call_sql(*, features: bool, spans: str | None) -> str:
 
 # -------------------------------------------------------------------------------------------- error
 
-ERROR_SQL: Final = f"""
+#: The kinds whose spans are boundaries that can fail (DESIGN section 5: ``error``).
+FAILING_KINDS: Final = ("tool", "retriever", "embedding", "memory", "llm")
+#: The boundary kinds whose result is read for failure observations (an ``llm`` response is the model's).
+RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
+#: How much of a boundary's result is searched for a failure observation (reports sit at its start).
+RESULT_CHARS: Final = 4000
+
+
+def _in(kinds: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{k}'" for k in kinds) + ")"
+
+
+#: The text of a result that is a message object (:data:`observations.RESULT_TEXT_PATHS`), else NULL.
+_MESSAGE_TEXT: Final = (
+    "coalesce("
+    + ", ".join(
+        f"CASE WHEN json_type(response, '{path}') = 'VARCHAR' THEN response ->> '{path}' END"
+        for path in observations.RESULT_TEXT_PATHS
+    )
+    + ")"
+)
+
+#: A span's **failure text** (over span columns): its status message, the type and message of each of its
+#: ``exception`` events and the message of any other event that carries one (smolagents' step
+#: ``agent.step_recovery``), and the start of a boundary's result (a JSON string result unquoted; a message
+#: object's ``content``, such as LangChain's ``ToolMessage``, first). NULL when all are empty. The
+#: observation rules (:mod:`tailcut.exporters.conventions.observations`) read it.
+FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
+    status_message,
+    nullif(array_to_string(list_transform(
+        list_filter(coalesce(events, []),
+                    lambda e: e.name = 'exception' OR e.attributes['message'] IS NOT NULL),
+        lambda e: concat_ws(': ', e.attributes['exception.type'],
+                            coalesce(e.attributes['exception.message'], e.attributes['message']))),
+        chr(10)), ''),
+    CASE WHEN kind IN {_in(RESULT_KINDS)} AND response IS NOT NULL
+         THEN left(CASE WHEN json_type(response) = 'VARCHAR' THEN response ->> '$'
+                        ELSE concat_ws(chr(10), {_MESSAGE_TEXT}, CAST(response AS VARCHAR)) END,
+                   {RESULT_CHARS}) END), '')"""
+
+#: A span's kind as the rules see it: an ``llm`` span that only prepares the request its sibling sends is
+#: not a model call (:func:`tailcut.exporters.conventions.mapping.is_preparation_span`).
+RULE_KIND: Final = (
+    "CASE WHEN kind = 'llm' AND ("
+    + " OR ".join(f"suffix(name, '{end}')" for end in mapping.PREPARATION_SPAN_SUFFIXES)
+    + ") THEN 'other' ELSE kind END"
+)
+
+#: Whether a span carries an ``exception`` event (over span columns).
+HAS_EXCEPTION: Final = "coalesce(len(list_filter(events, lambda e: e.name = 'exception')) > 0, false)"
+
+
+def failed_boundary(kind: str = "kind", status: str = "status_code", exception: str = "has_exception") -> str:
+    """Whether a span is a **failed boundary**: a tool, retriever, embedding, memory or llm span whose status
+    is ERROR or that carries an ``exception`` event. The one definition of a failed boundary: the
+    ``error`` rule and the per-trace ``error_count`` signal both count it."""
+    return f"({kind} IN {_in(FAILING_KINDS)} AND ({status} = 'ERROR' OR {exception}))"
+
+
+def _observed_facts(rules: tuple[observations.ObservationRule, ...]) -> str:
+    """The spans of ``_rows`` that failed or may report a failure, with their observation (the first rule of
+    ``rules`` their failure text matches) and whether they are a failed boundary."""
+    return f"""
+facts AS (
+    SELECT trace_id, span_id, parent_span_id, name, kind, boundary, occurrence, seq, start_time, end_time,
+           span_index, coalesce(subtree_end, span_index) AS subtree_end, error_type, status_message, attempt,
+           is_orphan, status_code, failure_text, {failed_boundary()} AS failed_boundary,
+           CASE WHEN regexp_matches(failure_text, {_literal(observations.any_pattern(rules))})
+                THEN {observations.sql_observation("failure_text", rules)} END AS observed
+    FROM _rows
+    WHERE status_code = 'ERROR' OR has_exception OR failure_text IS NOT NULL
+)"""
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+#: The sub-kind of a failure whose text names none: the report's own, else a tool's exception, else the
+#: environment's.
+_DEFAULT_KIND: Final = (
+    "coalesce(observed.kind, CASE WHEN kind = 'tool' THEN 'tool_exception' ELSE 'environment' END)"
+)
+
+
+def _error_layer(s: str, kind: str) -> str:
+    """The layer of an ``error`` at span ``s`` whose failure has sub-kind ``kind`` (see the classifier's
+    table): the report's own layer (an argument error: ``tool_schema``), else a boundary's world, else the
+    model for an llm span, the environment for a failure the world caused, the run's code otherwise."""
+    environment = _in(observations.ENVIRONMENT_KINDS)
+    return (
+        f"CASE WHEN {s}.observed.category = 'error' AND {s}.observed.layer IS NOT NULL "
+        f"THEN {s}.observed.layer "
+        f"WHEN {s}.kind IN {_in(RESULT_KINDS)} THEN 'environment' "
+        f"WHEN {kind} IN {environment} THEN 'environment' "
+        f"WHEN {s}.kind = 'llm' THEN 'model' "
+        f"WHEN {s}.observed IS NOT NULL THEN 'environment' ELSE 'workflow' END"
+    )
+
+
+def error_sql(rules: tuple[observations.ObservationRule, ...] = observations.RULES) -> str:
+    """The ``error`` rule over ``_rows`` with the observation rules ``rules`` (see the classifier's table).
+
+    A trace shows an ``error`` when a boundary failed or a span's failure text reports a failure
+    (``error``-category observations), whether or not the run survived it; else when its root failed. The
+    finding points at the earliest (by start) of those spans that has none below it (the tool, not the
+    agent step that reported it); a report on a span that is no boundary (a framework's step) points at
+    the first llm span that starts after it, whose request carries it, else at the span. A failed boundary
+    whose failure is the harness refusing the call (a ``schema_violation`` observation: an unexpected
+    argument) is that finding's, not an ``error``. Any other failed span counts too when the run's root did
+    not fail (a framework's step or agent span: every span the ``errors`` trace signal counts has a finding).
+    With only failed spans that are no boundary under a failed root, the walk down its ERROR children finds
+    the earliest failed span with no failed child. ``signals`` holds ``failed boundary`` or
+    ``failure observation``, the sub-kind, and ``run failed`` when the root or an agent span failed."""
+    return f"""
 WITH RECURSIVE
+{_observed_facts(rules)},
+failed_runs AS (SELECT trace_id FROM _rows WHERE parent_span_id IS NULL AND status_code = 'ERROR'),
+shown AS (
+    SELECT *, {observations.sql_kind("failure_text", _DEFAULT_KIND)} AS sub_kind,
+           count(*) OVER (PARTITION BY trace_id) AS n_shown
+    FROM facts
+    WHERE observed.category = 'error'
+       OR (observed.category IS DISTINCT FROM 'schema_violation'
+           AND (failed_boundary
+                OR (status_code = 'ERROR' AND trace_id NOT IN (SELECT trace_id FROM failed_runs))))
+),
+first_shown AS (
+    SELECT * FROM shown s
+    WHERE NOT EXISTS (SELECT 1 FROM shown d WHERE d.trace_id = s.trace_id AND d.span_index > s.span_index
+                                                 AND d.span_index <= s.subtree_end)
+    QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY start_time, span_index, span_id) = 1
+),
+pointed AS (
+    SELECT f.*,
+           CASE WHEN f.observed IS NOT NULL AND NOT f.failed_boundary
+                     AND f.kind NOT IN {_in(FAILING_KINDS)} THEN
+               (SELECT arg_min(l.span_id, (l.start_time, l.span_index)) FROM _rows l
+                WHERE l.trace_id = f.trace_id AND l.kind = 'llm' AND l.start_time >= f.end_time)
+           END AS next_llm
+    FROM first_shown f
+),
 failing AS (
     SELECT trace_id, span_id, parent_span_id, name, kind, boundary, occurrence, seq, start_time, span_index,
            error_type, status_message, attempt, is_orphan
-    FROM _rows WHERE status_code = 'ERROR'
+    FROM _rows WHERE status_code = 'ERROR' AND trace_id NOT IN (SELECT trace_id FROM first_shown)
 ),
 chain(trace_id, span_id, level) AS (
     SELECT trace_id, span_id, 0 FROM failing WHERE parent_span_id IS NULL AND NOT is_orphan
@@ -216,7 +358,43 @@ causes AS (
     WHERE NOT EXISTS (
         SELECT 1 FROM linked k WHERE k.trace_id = l.trace_id AND k.parent_span_id = l.span_id)
     QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY start_time, span_index, span_id) = 1
+),
+runs AS (
+    SELECT trace_id, true AS failed, arg_min(error_type, span_index) AS run_error
+    FROM _rows
+    WHERE status_code = 'ERROR' AND NOT is_orphan AND (parent_span_id IS NULL OR kind = 'agent')
+      AND trace_id IN (SELECT trace_id FROM first_shown)
+    GROUP BY trace_id
+),
+status_text AS (
+    SELECT trace_id, span_id,
+           coalesce(regexp_extract(error_type, '[^.]+$'), 'error')
+             || coalesce(': ' || left(split_part(regexp_replace(status_message, '^[A-Za-z_.]+: ', ''),
+                                                 chr(10), 1), 100), '') AS said
+    FROM _rows WHERE status_code = 'ERROR' OR has_exception
 )
+SELECT s.trace_id, 'error' AS category, {_SPAN}, {_error_layer("p", "p.sub_kind")} AS layer,
+       CASE WHEN p.observed.category = 'error'
+            THEN p.observed.rule || ': "' || p.observed.quote || '"'
+            ELSE coalesce(t.said, coalesce(regexp_extract(p.error_type, '[^.]+$'), 'error')) END
+         || ' at ' || coalesce(p.boundary, p.name)
+         || CASE WHEN p.attempt > 1 THEN ' (attempt ' || p.attempt || ')' ELSE '' END
+         || CASE WHEN p.next_llm IS NOT NULL
+                 THEN '; reported to the model in ' || coalesce(s.boundary, s.name) ELSE '' END
+         || CASE WHEN p.n_shown > 1 THEN '; first of ' || p.n_shown || ' failed spans' ELSE '' END
+         || CASE WHEN r.failed
+                 THEN '; the run failed' || coalesce(' with ' || regexp_extract(r.run_error, '[^.]+$'), '')
+                 ELSE '' END AS evidence,
+       CASE WHEN p.failed_boundary THEN 1.0 ELSE 0.9 END AS confidence,
+       list_filter([CASE WHEN p.failed_boundary THEN 'failed boundary'
+                         WHEN p.observed IS NOT NULL THEN 'failure observation' ELSE 'failed span' END,
+                    p.sub_kind, CASE WHEN r.failed THEN 'run failed' END], lambda x: x IS NOT NULL)
+           AS signals
+FROM pointed p
+LEFT JOIN status_text t ON t.trace_id = p.trace_id AND t.span_id = p.span_id
+LEFT JOIN runs r ON r.trace_id = p.trace_id
+JOIN _rows s ON s.trace_id = p.trace_id AND s.span_id = coalesce(p.next_llm, p.span_id)
+UNION ALL BY NAME
 SELECT s.trace_id, 'error' AS category, {_SPAN},
        {_layer_of_kind("s.kind")} AS layer,
        coalesce(regexp_extract(s.error_type, '[^.]+$'), 'error')
@@ -232,6 +410,41 @@ SELECT s.trace_id, 'error' AS category, {_SPAN},
        ['root status ERROR'] AS signals
 FROM causes s JOIN counted n USING (trace_id)
 """
+
+
+ERROR_SQL: Final = error_sql()
+"""The ``error`` rule with the built-in observation rules."""
+
+
+def refused_sql(rules: tuple[observations.ObservationRule, ...] = observations.RULES) -> str:
+    """The ``schema_violation`` findings of the harness refusing the model's output, over ``_rows``: a
+    span whose failure text matches a ``schema_violation`` observation (a parse error fed back, an unknown
+    tool, a call that broke a tool's contract) points at the llm span that produced that output, the last
+    to end before the report's span ended (else at that span); the earliest report per trace."""
+    return f"""
+WITH {_observed_facts(rules)},
+refused AS (
+    SELECT * FROM facts WHERE observed.category = 'schema_violation'
+    QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY start_time, span_index, span_id) = 1
+),
+producers AS (
+    SELECT r.*,
+           (SELECT arg_max(l.span_id, (l.end_time, l.span_index)) FROM _rows l
+            WHERE l.trace_id = r.trace_id AND l.kind = 'llm' AND l.span_id <> r.span_id
+              AND l.end_time <= r.end_time) AS producer
+    FROM refused r
+)
+SELECT s.trace_id, 'schema_violation' AS category, {_SPAN},
+       coalesce(p.observed.layer, 'tool_schema') AS layer,
+       'the harness refused the model''s output: ' || p.observed.rule || ': "' || p.observed.quote || '"'
+         || ' (reported at ' || coalesce(p.boundary, p.name) || ')' AS evidence,
+       0.9 AS confidence, ['harness refused output', p.observed.rule] AS signals
+FROM producers p JOIN _rows s ON s.trace_id = p.trace_id AND s.span_id = coalesce(p.producer, p.span_id)
+"""
+
+
+REFUSED_SQL: Final = refused_sql()
+"""The harness-refusal ``schema_violation`` rule with the built-in observation rules."""
 
 # ----------------------------------------------------------------------------------- schema drift (retries)
 

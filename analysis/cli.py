@@ -121,6 +121,12 @@ def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool
 @click.option("--cost-z", type=float, help="Robust z of tokens or LLM calls for cost_blowup (default 6).")
 @click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
 @click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Collector config whose processors.tailcut.observation_rules extend the failure observations.",
+)
 @_report_format_option
 def classify(
     data_dir: str,
@@ -131,6 +137,7 @@ def classify(
     cost_z: float | None,
     score_threshold: float | None,
     min_baseline: int | None,
+    config_path: str | None = None,
 ) -> None:
     """Find failure categories in the kept traces: first span, harness layer, evidence.
 
@@ -149,7 +156,15 @@ def classify(
         "score_threshold": score_threshold,
         "min_baseline": min_baseline,
     }
-    thresholds = Thresholds(**{k: v for k, v in changes.items() if v is not None})
+    given: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
+    if config_path is not None:
+        from tailcut.exporters.conventions.observations import rules_from_config_file
+
+        try:
+            given["observation_rules"] = rules_from_config_file(config_path)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    thresholds = Thresholds(**given)
     dataset = _open(data_dir)
     findings = dataset.classify(thresholds=thresholds)
     console = _console()

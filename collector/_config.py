@@ -27,6 +27,7 @@ from tailcut.collector._policies import Policy
 from tailcut.collector._security import BearerTokenAuth, EndpointSecurity, TlsConfig
 from tailcut.collector._wal import FSYNC_MODES
 from tailcut.errors import ConfigError
+from tailcut.exporters.conventions.observations import ObservationRule, rules_from_config
 
 DEFAULT_CONFIG_NAME: Final = "otel-config.yaml"
 DEFAULT_HTTP: Final = ("127.0.0.1", 4318)
@@ -109,6 +110,10 @@ class TailcutProcessorConfig:
     anomaly_window: int = 200
     anomaly_min_window: int = 30
     wal: WalConfig = field(default_factory=WalConfig)
+    #: ``observation_rules``: house failure formats, tried before the built-in observation rules
+    #: (:mod:`tailcut.exporters.conventions.observations`); the classifier takes them with
+    #: :func:`~tailcut.exporters.conventions.observations.with_extra`.
+    observation_rules: tuple[ObservationRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -499,6 +504,7 @@ def _tailcut_processor(node: Node) -> TailcutProcessorConfig:
             "anomaly_window",
             "anomaly_min_window",
             "wal",
+            "observation_rules",
         )
     )
     defaults = TailcutProcessorConfig()
@@ -523,7 +529,18 @@ def _tailcut_processor(node: Node) -> TailcutProcessorConfig:
         anomaly_window=window,
         anomaly_min_window=min_window,
         wal=_wal(keys["wal"]) if "wal" in keys else defaults.wal,
+        observation_rules=_observation_rules(keys["observation_rules"])
+        if "observation_rules" in keys
+        else (),
     )
+
+
+def _observation_rules(node: Node) -> tuple[ObservationRule, ...]:
+    """``processors.tailcut.observation_rules``: a list of ``{name, pattern, kind, category, layer}``."""
+    try:
+        return rules_from_config(node.value, where=node.path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _wal(node: Node) -> WalConfig:

@@ -16,14 +16,14 @@ ticket kind         what happens                                           categ
 ``faq``             clean answer from the knowledge base                   none
 ``order_status``    one lookup, then an answer                             none
 ``refund_small``    lookup, refund under the limit                         none
-``address_change``  v1 shows the model the old ``update_shipping`` schema  schema_drift +
-                    and the service rejects the call                       silent_degradation / none
+``address_change``  v1 shows the model the old ``update_shipping`` schema  schema_drift + error / none
+                    and the service rejects the call (a failed tool span)
 ``refund_large``    refund above the limit: v1's guard crashes, the        error / none
                     harness fails open, the refund goes out and the audit
                     fails the run; v2 escalates
 ``exchange``        an exchange form: v1's router sends it to ``refund``,  error / none
                     which cannot take it, and the run fails
-``cancel_order``    a cancel form for a shipped order: the rejection is    tool_loop / none
+``cancel_order``    a cancel form for a shipped order: the rejection is    tool_loop + error / error
                     retried 4 times by v1, taken as final by v2
 ``warranty``        v1's prompt lost the rule to quote the order number    silent_degradation / none
                     in warranty answers, so the answer fails the evaluator
@@ -31,8 +31,9 @@ ticket kind         what happens                                           categ
                     return that arrived today is not there
 ``timeout``         the order backend times out on every retry: the run    error
                     fails
-``bad_args``        the model sends a string order id (schema says         schema_violation
-                    integer), then corrects itself
+``bad_args``        the model sends a string order id (schema says         schema_violation + error
+                    integer), the tool rejects it, the model corrects
+                    itself (the run survives the failed tool span)
 ``loop``            the same ``search_kb`` call four times                 tool_loop
 ``blowup``          long, token-heavy turns                                cost_blowup
 ``degraded``        completes, but the answer contradicts the KB           silent_degradation
@@ -90,14 +91,17 @@ INJECTED: Final[dict[str, dict[str, frozenset[str]]]] = {
     "faq": _NONE,
     "order_status": _NONE,
     "refund_small": _NONE,
-    "address_change": {"v1": frozenset({"schema_drift", "silent_degradation"}), "v2": frozenset()},
+    "address_change": {"v1": frozenset({"schema_drift", "error"}), "v2": frozenset()},
     "refund_large": {"v1": frozenset({"error"}), "v2": frozenset()},
     "exchange": {"v1": frozenset({"error"}), "v2": frozenset()},
-    "cancel_order": {"v1": frozenset({"tool_loop"}), "v2": frozenset()},
+    "cancel_order": {"v1": frozenset({"tool_loop", "error"}), "v2": frozenset({"error"})},
     "warranty": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
     "return_status": {"v1": frozenset({"silent_degradation"}), "v2": frozenset()},
     "timeout": {"v1": frozenset({"error"}), "v2": frozenset({"error"})},
-    "bad_args": {"v1": frozenset({"schema_violation"}), "v2": frozenset({"schema_violation"})},
+    "bad_args": {
+        "v1": frozenset({"schema_violation", "error"}),
+        "v2": frozenset({"schema_violation", "error"}),
+    },
     "loop": {"v1": frozenset({"tool_loop"}), "v2": frozenset({"tool_loop"})},
     "blowup": {"v1": frozenset({"cost_blowup"}), "v2": frozenset({"cost_blowup"})},
     "degraded": {"v1": frozenset({"silent_degradation"}), "v2": frozenset({"silent_degradation"})},

@@ -335,6 +335,22 @@ TRACE_FEATURES: Final = pa.schema(
     metadata={TABLE_KEY: b"trace_features", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )
 
+#: A finding's columns but its trace: the span it points at, its layer, evidence, confidence and
+#: ``signals`` (which rules fired, and an error's sub-kind).
+_FINDING_FIELDS: Final = (
+    ("category", pa.string()),
+    ("span_id", pa.string()),
+    ("span_name", pa.string()),
+    ("span_kind", pa.string()),
+    ("boundary", pa.string()),
+    ("occurrence", pa.int32()),
+    ("seq", pa.int32()),
+    ("layer", pa.string()),
+    ("evidence", pa.string()),
+    ("confidence", pa.float64()),
+    ("signals", pa.list_(pa.string())),
+)
+
 #: ``DATA/trace_checks``: the lists of ``trace_features``, kept apart so that reading the features never
 #: decodes them (they are rare: a trace's findings and open tool calls, and on one row per batch the tool
 #: lists shown and schemas enforced). One row per trace that has any, written with its features row.
@@ -346,23 +362,7 @@ TRACE_CHECKS: Final = pa.schema(
         # tool_loop of repeated calls, silent_degradation by the root's outcome)
         _f(
             "local_findings",
-            pa.list_(
-                pa.struct(
-                    [
-                        _f("category", pa.string()),
-                        _f("span_id", pa.string()),
-                        _f("span_name", pa.string()),
-                        _f("span_kind", pa.string()),
-                        _f("boundary", pa.string()),
-                        _f("occurrence", pa.int32()),
-                        _f("seq", pa.int32()),
-                        _f("layer", pa.string()),
-                        _f("evidence", pa.string()),
-                        _f("confidence", pa.float64()),
-                        _f("signals", pa.list_(pa.string())),
-                    ]
-                )
-            ),
+            pa.list_(pa.struct([_f(name, kind) for name, kind in _FINDING_FIELDS])),
         ),
         # tool calls whose drift check needs every recorded schema version (they break the schema checked)
         _f(
@@ -396,6 +396,19 @@ TRACE_CHECKS: Final = pa.schema(
         ),
     ],
     metadata={TABLE_KEY: b"trace_checks", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+)
+
+#: ``DATA/findings/findings.parquet``: one row per (trace, category) that ``tailcut classify`` finds, pointing
+#: at the first span that shows it (``tailcut.analysis._classify`` tabulates the rules).
+#: The span columns of a finding may be null (a finding of the whole trace); the others never are.
+_FINDING_NULLABLE: Final = ("span_id", "span_name", "span_kind", "boundary", "occurrence", "seq")
+FINDINGS: Final = pa.schema(
+    [
+        _f("trace_id", pa.string(), False),
+        *(_f(name, kind, name in _FINDING_NULLABLE) for name, kind in _FINDING_FIELDS),
+        # the run survived it: its root did not fail and its outcome is not fail (issue 27)
+        _f("recovered", pa.bool_(), False),
+    ]
 )
 
 TABLES: Final = {

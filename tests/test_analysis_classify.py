@@ -300,7 +300,7 @@ NORMAL_RUNS = 24
 #: scenario -> {category: (first span's boundary or name, seq or None, layer)}; every other category absent
 EXPECTED: dict[str, dict[str, tuple[str, int | None, str]]] = {
     "wrapped_error": {"error": ("tool:fetch", 2, "environment")},
-    "handled_error": {},
+    "handled_error": {"error": ("tool:fetch", 1, "environment")},
     "model_error": {"error": ("llm:fake.chat", 1, "model")},
     "bad_arguments": {"schema_violation": ("llm:fake.chat", 2, "prompt")},
     "unoffered_tool": {"schema_violation": ("llm:fake.chat", 1, "tool_schema")},
@@ -309,9 +309,12 @@ EXPECTED: dict[str, dict[str, tuple[str, int | None, str]]] = {
     "responses_bad_arguments": {"schema_violation": ("llm:fake.chat", 1, "prompt")},
     "genai_bad_arguments": {"schema_violation": ("llm:fake.chat", 1, "prompt")},
     "anthropic_good_arguments": {},
-    "stale_contract": {"schema_drift": ("llm:fake.chat", 2, "tool_schema")},
+    "stale_contract": {
+        "schema_drift": ("llm:fake.chat", 2, "tool_schema"),
+        "error": ("tool:ship", 3, "environment"),
+    },
     "current_contract": {},
-    "transient_retries": {},
+    "transient_retries": {"error": ("tool:slow_lookup", 1, "environment")},
     "loop": {"tool_loop": ("tool:lookup", 2, "workflow")},
     "two_calls": {},
     "blowup": {"cost_blowup": ("llm:fake.chat", 2, "workflow")},
@@ -363,6 +366,25 @@ def test_each_scenario_gets_exactly_its_categories_first_span_and_layer(recorded
         assert row["evidence"] and "\n" not in row["evidence"]
         assert 0 < row["confidence"] <= 1
         assert row["signals"]
+
+
+#: scenario -> whether its ``error`` finding says the run survived it
+RECOVERED = {
+    "wrapped_error": False,
+    "handled_error": True,
+    "model_error": False,
+    "transient_retries": True,
+    "stale_contract": True,
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(RECOVERED))
+def test_an_error_the_run_survived_is_a_finding_marked_recovered(recorded, scenario):
+    _dataset, traces, findings = recorded
+    [row] = findings.filter(trace_id=traces[scenario], category="error").to_dicts()
+    assert row["recovered"] is RECOVERED[scenario]
+    assert row["signals"][0] in ("failed boundary", "root status ERROR")
+    assert ("; the run failed" in row["evidence"]) is (not RECOVERED[scenario])
 
 
 def test_no_finding_in_normal_runs(recorded):

@@ -16,6 +16,23 @@ from tests.test_collector_helpers import KEEP_ERRORS, export_request, post, simp
 FIXTURES = Path(__file__).parent / "fixtures" / "otlp"
 
 
+def silent_fixture(tmp_path: Path) -> Path:
+    """``tailcut_sdk.json`` with its failed tool attempt made clean: a run whose outcome is fail with no
+    failed boundary and no failure observation (a ``silent_degradation``; the fixture as it is shows an
+    ``error``: its first search timed out)."""
+    import json
+
+    document = json.loads((FIXTURES / "tailcut_sdk.json").read_text())
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                span.pop("status", None)
+                span.pop("events", None)
+    path = tmp_path / "silent.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
 def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
@@ -37,8 +54,8 @@ def test_findings_right_after_ingest_and_after_more_files_land(tmp_path):
     assert stored.is_file() and first_key is not None
 
     assert run("ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)).exit_code == 0
-    rows = sql_rows(data, "SELECT trace_id, category FROM findings")
-    assert [row["category"] for row in rows] == ["silent_degradation"]
+    rows = sql_rows(data, "SELECT trace_id, category, recovered FROM findings")
+    assert [(row["category"], row["recovered"]) for row in rows] == [("error", False)]  # its outcome is fail
     assert _findings.stored_key(str(data)) not in (None, first_key)
     # the stored file is what a fresh classification gives, and other engines read it as it is
     fresh = Dataset(data).classify(thresholds=Thresholds(cost_z=6.0000001))
@@ -68,7 +85,7 @@ def test_findings_right_after_a_collector_run(tmp_path):
 
 def test_a_stored_file_is_read_not_recomputed_and_custom_thresholds_are_not_stored(tmp_path):
     data = tmp_path / "data"
-    assert run("ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)).exit_code == 0
+    assert run("ingest", str(silent_fixture(tmp_path)), "--data", str(data)).exit_code == 0
     first = Dataset(data)
     assert first.findings().height == 1
     stamp = os.stat(_findings.path(str(data))).st_mtime_ns
@@ -117,7 +134,7 @@ def test_ingest_refreshes_findings_for_readers_that_are_not_tailcut(tmp_path):
     assert stored_findings(data) == []
     assert run("ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)).exit_code == 0
     # no tailcut read in between: the ingest itself brought the file up to date
-    assert [category for _, category in stored_findings(data)] == ["silent_degradation"]
+    assert [category for _, category in stored_findings(data)] == ["error"]
     assert _findings.stored_key(str(data)) == _findings.source_key(Dataset(data))
 
 

@@ -113,7 +113,7 @@ def test_compare_json_has_the_documented_keys_and_holm(revisions):
         if row["verdict"] in ("regression", "improvement"):
             assert row["sample_size"]["traces_per_group_needed"] is None
     verdicts = {row["category"]: row["verdict"] for row in record["categories"]}
-    assert verdicts["silent_degradation"] == "improvement"
+    assert verdicts["error"] == "improvement"  # v1's failed tool calls, errors since issue 27
 
 
 def test_fail_on_regression_exits_1_on_a_planted_regression_and_0_without_change(revisions, unchanged):
@@ -175,7 +175,11 @@ def test_report_json_and_csv(revisions):
         "population",
         "layers",
         "boundaries",
+        "survival",
     }
+    survival = record["survival"]
+    assert all(row["category"].endswith((": run survived", ": run failed")) for row in survival)
+    assert sum(row["findings"] for row in survival) == sum(row["findings"] for row in record["layers"])
     assert set(record["traffic"]) == {
         "seen",
         "kept",

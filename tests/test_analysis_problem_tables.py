@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailcut.analysis._classify import _merge_drift, _problem_rows, findings_schema, violation_rows
+from tailcut.analysis._classify import _merge_drift, _problem_rows, rule_rows_schema, violation_rows
 from tailcut.analysis._features_stored import _judging_keys
 from tailcut.analysis._toolcalls import CallProblem, problems_table
 from tailcut.exporters import schema
@@ -76,14 +76,14 @@ def by_trace(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @given(problems(), st.sampled_from(["schema_violation", "schema_drift"]))
 def test_problem_rows_keep_the_earliest_call_of_each_trace(found: list[CallProblem], category: str) -> None:
     table = _problem_rows(problems_table(found), category, "a signal")
-    assert table.schema == findings_schema()
+    assert table.schema == rule_rows_schema()
     assert by_trace(table.to_pylist()) == by_trace(expected_rows(found, category, "a signal"))
 
 
 def test_violation_rows_of_no_problem_is_an_empty_findings_table() -> None:
     table = violation_rows(problems_table([]))
     assert table.num_rows == 0
-    assert table.schema == findings_schema()
+    assert table.schema == rule_rows_schema()
 
 
 @st.composite
@@ -139,10 +139,10 @@ def expected_merge(arguments: list[dict[str, Any]], retries: list[dict[str, Any]
 def test_merge_drift_joins_both_signals_of_a_trace(signals: tuple[list[dict], list[dict]]) -> None:
     arguments, retries = signals
     table = _merge_drift(
-        pa.Table.from_pylist(arguments, schema=findings_schema()),
-        pa.Table.from_pylist(retries, schema=findings_schema()),
+        pa.Table.from_pylist(arguments, schema=rule_rows_schema()),
+        pa.Table.from_pylist(retries, schema=rule_rows_schema()),
     )
-    assert table.schema == findings_schema()
+    assert table.schema == rule_rows_schema()
     assert by_trace(table.to_pylist()) == by_trace(expected_merge(arguments, retries))
 
 

@@ -1,0 +1,405 @@
+"""Failure observations: the texts in which frameworks report a failure that no span status shows.
+
+Agent frameworks catch a failing tool, a broken tool call or code they cannot run, and hand the error to
+the model as text: the tool span (when there is one) may stay OK, and the report lives in the tool's
+result, in an event of the framework's step span, or in the next model request. The classifier reads those
+texts (a span's status message, its ``exception`` and report events, and the result of a boundary span)
+through two small tables:
+
+* :data:`RULES`, the **reports**: a pattern that says "this failed", per framework or convention, with the
+  finding it makes (``error``, or ``schema_violation`` when the harness refused the model's output) and,
+  when the report itself says it, the layer it points to;
+* :data:`KINDS`, the **sub-kinds**: what the failure was (``rate_limited``, ``auth``, ``not_found``...),
+  found in the same text; the first that matches names it, else the report's own.
+
+=================================  =====================  ===================================================
+report (``name``)                  finding, layer         text, as the framework writes it
+=================================  =====================  ===================================================
+``smolagents.tool_error``          error                  ``Error when executing tool X with arguments ...``
+                                                          (≤ 1.10), ``Error executing tool 'X' with ...``
+``smolagents.tool_call``           schema_violation,      ``Invalid call to tool 'X' with arguments ...``,
+                                   tool_schema            ``Argument X is not in the tool's input schema``
+``smolagents.unknown_tool``        schema_violation,      ``Unknown tool X, should be one of: ...``; code
+                                   tool_schema            calling a function ``not among the explicitly
+                                                          allowed tools``
+``smolagents.code_execution``      error                  ``Code execution failed at line '...' due to: ...``
+``smolagents.code_parsing``        schema_violation,      ``Code parsing failed on line N due to: ...``,
+                                   model                  ``Error in code parsing``, ``Your code snippet is
+                                                          invalid``
+``smolagents.tool_call_parsing``   schema_violation,      ``Error while parsing tool call from model
+                                   model                  output``, ``The JSON blob you used is invalid``
+``langgraph.invalid_tool``         schema_violation,      ``Error: X is not a valid tool, try one of [...]``
+                                   tool_schema            (ToolNode's INVALID_TOOL_NAME_ERROR_TEMPLATE)
+``langgraph.tool_error``           error                  ``Error: ...\\n Please fix your mistakes.``
+                                                          (ToolNode's TOOL_CALL_ERROR_TEMPLATE)
+``langchain.tool_message_error``   error                  a ``ToolMessage`` with ``"status": "error"``
+``openai_agents.tool_error``       error                  ``An error occurred while running the tool. Please
+                                                          try again.`` (``default_tool_error_function``)
+``openai_agents.invalid_json``     schema_violation,      ``Invalid JSON input for tool X``
+                                   model
+``openai_agents.unknown_tool``     schema_violation,      ``Tool X not found in agent Y``, ``Tool not found:
+                                   tool_schema            {'tool_name': ...}`` (its span error)
+``python.arguments``               schema_violation,      ``got an unexpected keyword argument``, ``missing N
+                                   tool_schema            required positional argument``, ``validation
+                                                          error for``
+``http.status``                    error                  ``404 Client Error``, ``503 Server Error``,
+                                                          ``Error 403``, ``HTTP Error 429``, ``Error code:
+                                                          429`` (the openai SDK), ``HTTP/1.1 502``, ``HTTP
+                                                          429 Too Many Requests``
+``provider.error_body``            error                  ``"type": "rate_limit_error"`` and the other
+                                                          Anthropic error types, OpenAI's
+                                                          ``"code": "rate_limit_exceeded"`` /
+                                                          ``"insufficient_quota"``, ``RESOURCE_EXHAUSTED``
+``timeout``                        error                  a result that starts with a timeout (``Timeout``,
+                                                          ``Request timed out``), or a timeout exception name
+=================================  =====================  ===================================================
+
+The HTTP and timeout patterns look at the start of a result or at exception names only, so a clean result
+that merely mentions "404" is not a failure. Patterns are regular expressions that both Python's ``re``
+and RE2 (DuckDB's ``regexp_matches``) accept: no look-arounds, no back-references.
+
+Extra rules come from the collector config, ``processors.tailcut.observation_rules`` (a list of mappings
+with the keys of :class:`ObservationRule`; see :func:`rules_from_config`); they are tried before the
+built-in ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+#: The sub-kinds a failure observation is filed under (in a finding's ``signals``).
+SUB_KINDS: Final = (
+    "tool_exception",
+    "rate_limited",
+    "auth",
+    "not_found",
+    "timeout",
+    "service",
+    "resource_exhausted",
+    "environment",
+)
+#: The findings an observation can make.
+CATEGORIES: Final = ("error", "schema_violation")
+#: The layers a rule may name (else the classifier decides by the span and the sub-kind).
+LAYERS: Final = ("prompt", "tool_schema", "workflow", "memory", "model", "environment")
+#: Sub-kinds that point at the world the agent runs in, whatever span showed them.
+ENVIRONMENT_KINDS: Final = ("rate_limited", "auth", "not_found", "timeout", "service", "resource_exhausted")
+
+
+@dataclass(frozen=True)
+class ObservationRule:
+    """One way a framework reports a failure in text.
+
+    Attributes
+    ----------
+    name : str
+        Stable name, ``<framework or convention>.<what>`` (it is quoted in the finding's evidence).
+    pattern : str
+        Regular expression (Python ``re`` and RE2 alike) searched in the failure text.
+    kind : str
+        The sub-kind when :data:`KINDS` finds none in the text (one of :data:`SUB_KINDS`).
+    category : str
+        ``error`` or ``schema_violation`` (the harness refused the model's output).
+    layer : str or None
+        The layer the report itself implies (``tool_schema`` for a tool's contract, ``model`` for a
+        format the model broke); None lets the classifier decide by the span and the sub-kind.
+    """
+
+    name: str
+    pattern: str
+    kind: str = "tool_exception"
+    category: str = "error"
+    layer: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = check_rule(self)
+        if problems:
+            raise ValueError(problems)
+
+
+def check_rule(rule: ObservationRule) -> str | None:
+    """One line naming what is wrong with ``rule``, or None."""
+    if not rule.name:
+        return "an observation rule needs a name"
+    if rule.kind not in SUB_KINDS:
+        return f"observation rule {rule.name}: kind must be one of {', '.join(SUB_KINDS)}, got {rule.kind!r}"
+    if rule.category not in CATEGORIES:
+        return (
+            f"observation rule {rule.name}: category must be error or schema_violation, got {rule.category!r}"
+        )
+    if rule.layer is not None and rule.layer not in LAYERS:
+        return f"observation rule {rule.name}: layer must be one of {', '.join(LAYERS)}, got {rule.layer!r}"
+    if not rule.pattern:
+        return f"observation rule {rule.name}: pattern is empty"
+    if re.search(r"\(\?<?[=!]|\\[1-9]", rule.pattern):
+        return f"observation rule {rule.name}: look-arounds and back-references are not supported (RE2)"
+    try:
+        re.compile(rule.pattern, re.ASCII)
+    except re.error as exc:
+        return f"observation rule {rule.name}: pattern is not a regular expression: {exc}"
+    return None
+
+
+_R = ObservationRule
+
+#: The built-in reports, tried in order (the first that matches a text decides its finding).
+RULES: Final[tuple[ObservationRule, ...]] = (
+    # the harness refused the model's output
+    _R(
+        "smolagents.tool_call",
+        r"Invalid call to tool '|Argument \S+ is not in the tool's input schema|\bAgentToolCallError\b",
+        "tool_exception",
+        "schema_violation",
+        "tool_schema",
+    ),
+    _R(
+        "smolagents.unknown_tool",
+        r"Unknown tool \S+, should be one of|is not among the explicitly allowed tools",
+        "tool_exception",
+        "schema_violation",
+        "tool_schema",
+    ),
+    _R(
+        "smolagents.code_parsing",
+        r"Code parsing failed on line|Error in code parsing|Your code snippet is invalid",
+        "tool_exception",
+        "schema_violation",
+        "model",
+    ),
+    _R(
+        "smolagents.tool_call_parsing",
+        r"Error while parsing tool call from model output|The JSON blob you used is invalid",
+        "tool_exception",
+        "schema_violation",
+        "model",
+    ),
+    _R(
+        "langgraph.invalid_tool",
+        r"is not a valid tool, try one of \[",
+        "tool_exception",
+        "schema_violation",
+        "tool_schema",
+    ),
+    _R(
+        "openai_agents.invalid_json",
+        r"Invalid JSON input for tool",
+        "tool_exception",
+        "schema_violation",
+        "model",
+    ),
+    _R(
+        "openai_agents.unknown_tool",
+        r"Tool \S+ not found in agent|Tool not found: \{'tool_name'",
+        "tool_exception",
+        "schema_violation",
+        "tool_schema",
+    ),
+    # a call broke a tool's contract (the tool span, or the framework's report of it)
+    _R(
+        "python.arguments",
+        r"got an unexpected keyword argument|missing \d+ required (positional|keyword-only) argument"
+        r"|\d+ validation errors? for |You should call this tool with correct input arguments"
+        r"|should only use this tool with a correct input",
+        "tool_exception",
+        "schema_violation",
+        "tool_schema",
+    ),
+    # a tool or code failed and the framework handed that to the model
+    _R("smolagents.tool_error", r"Error when executing tool \S+ with arguments|Error executing tool '"),
+    _R("smolagents.code_execution", r"Code execution failed (at line|due to)"),
+    _R("langgraph.tool_error", r"(\n|\\n) ?[Pp]lease fix your mistakes\."),
+    _R(
+        "langchain.tool_message_error",
+        r"\"type\": ?\"tool\"[^}]{0,400}\"status\": ?\"error\"|"
+        r"\"status\": ?\"error\"[^}]{0,400}\"type\": ?\"tool\"",
+    ),
+    _R("openai_agents.tool_error", r"An error occurred while running the tool\. Please try again"),
+    # what the world answered, in a tool's result
+    _R(
+        "http.status",
+        r"\b[45]\d\d (Client|Server) Error\b|^\W{0,4}(HTTP )?[Ee]rror:? ?(code:? ?)?[45]\d\d\b"
+        r"|\bError code: [45]\d\d\b|^\W{0,4}HTTP(/\d(\.\d)?)? [45]\d\d\b",
+        "environment",
+    ),
+    _R(
+        "provider.error_body",
+        r"\"type\": ?\"(rate_limit_error|authentication_error|permission_error|not_found_error"
+        r"|overloaded_error|api_error)\"|\"code\": ?\"(rate_limit_exceeded|insufficient_quota)\""
+        r"|\bRESOURCE_EXHAUSTED\b",
+        "environment",
+    ),
+    _R(
+        "timeout",
+        r"^\W{0,4}(Error: ?)?((Request|Read|Connect|Connection|Gateway) )?[Tt]ime(d ?)?[ -]?out\b"
+        r"|\b(TimeoutError|ReadTimeout|ConnectTimeout|TimeoutException|APITimeoutError|DeadlineExceeded)\b",
+        "timeout",
+    ),
+)
+
+#: The sub-kinds, tried in order over the failure text (the first that matches names it).
+KINDS: Final[tuple[tuple[str, str], ...]] = (
+    ("rate_limited", r"\b429\b|(?i:rate[ _-]?limit)|(?i:too many requests)|\bRateLimitError\b"),
+    (
+        "resource_exhausted",
+        r"(?i:resource[ _-]?exhausted)|insufficient_quota|(?i:quota (exceeded|exhausted))|\bMemoryError\b"
+        r"|(?i:out of memory)|No space left on device",
+    ),
+    (
+        "auth",
+        r"\b40[13]\b|(?i:unauthori[sz]ed)|Forbidden for url|(?i:access denied)|(?i:permission[ _-]?denied)"
+        r"|\bPermissionError\b"
+        r"|(?i:authentication[ _](error|failed))|(?i:invalid api key)|\bAuthenticationError\b",
+    ),
+    ("not_found", r"\b404\b|\bFileNotFoundError\b|\bNotFoundError\b|not_found_error|(?i:no such file)"),
+    ("timeout", r"(?i:timed? ?out)|\bTimeoutError\b|(?i:deadline exceeded)|\bReadTimeout\b"),
+    (
+        "service",
+        r"\b5\d\d (Server Error|Service)|\bError code: 5\d\d\b|(?i:service unavailable)|(?i:bad gateway)"
+        r"|(?i:internal server error)|overloaded_error|\bAPIConnectionError\b",
+    ),
+)
+
+#: Where a tool result that is a message object keeps its text, per convention: a LangChain
+#: ``ToolMessage`` as OpenInference records it (``data.content``), as OpenLLMetry does
+#: (``output.kwargs.content``), LangChain's own serialisation (``kwargs.content``), and any
+#: ``{"content": ...}`` message. The text is searched first.
+RESULT_TEXT_PATHS: Final = ("$.content", "$.data.content", "$.kwargs.content", "$.output.kwargs.content")
+
+#: Evidence quotes at most this many characters of the text, from where the report starts.
+QUOTE_CHARS: Final = 160
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a failure text says: the rule that matched, its finding and sub-kind, and the quoted text."""
+
+    rule: ObservationRule
+    kind: str
+    quote: str
+
+
+def observe(text: str | None, rules: Sequence[ObservationRule] = RULES) -> Observation | None:
+    """The first of ``rules`` that ``text`` matches, with its sub-kind and quote; None if none does."""
+    if not text:
+        return None
+    for rule in rules:
+        found = _compiled(rule.pattern).search(text)
+        if found is not None:
+            kind = next((k for k, pattern in KINDS if _compiled(pattern).search(text)), rule.kind)
+            return Observation(rule, kind, _quote(text, found.start()))
+    return None
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled as RE2 reads it: ``\\b``, ``\\w``, ``\\d`` and ``\\S`` over ASCII."""
+    return re.compile(pattern, re.ASCII)
+
+
+def _quote(text: str, start: int) -> str:
+    line = text[max(0, start) :].replace("\n", " ").strip(" ")
+    return line[:QUOTE_CHARS]
+
+
+def rules_key(rules: Sequence[ObservationRule]) -> str:
+    """A short hash of ``rules`` (features written with other rules are not used)."""
+    text = "\n".join(f"{r.name}\t{r.pattern}\t{r.kind}\t{r.category}\t{r.layer}" for r in rules)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def with_extra(extra: Iterable[ObservationRule]) -> tuple[ObservationRule, ...]:
+    """The built-in rules preceded by ``extra`` (a configured rule named like a built-in one replaces it)."""
+    added = tuple(extra)
+    names = {r.name for r in added}
+    return (*added, *(r for r in RULES if r.name not in names))
+
+
+_CONFIG_KEYS: Final = ("name", "pattern", "kind", "category", "layer")
+
+
+def rules_from_config(entries: Any, where: str = "observation_rules") -> tuple[ObservationRule, ...]:
+    """The rules of a config list (``processors.tailcut.observation_rules``): each entry a mapping with
+    ``name`` and ``pattern``, and optionally ``kind`` (default ``tool_exception``), ``category`` (default
+    ``error``) and ``layer``. Raises ``ValueError`` naming the entry and the key that is wrong."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise ValueError(f"{where}: expected a list of rules, got {type(entries).__name__}")
+    rules = []
+    for index, entry in enumerate(entries):
+        at = f"{where}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"{at}: expected a mapping with name and pattern, got {type(entry).__name__}")
+        unknown = sorted(set(entry) - set(_CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"{at}: unknown key {unknown[0]!r}; allowed: {', '.join(_CONFIG_KEYS)}")
+        for key in ("name", "pattern"):
+            if not isinstance(entry.get(key), str) or not entry.get(key):
+                raise ValueError(f"{at}.{key}: expected a non-empty string")
+        fields = {k: entry[k] for k in _CONFIG_KEYS if k in entry and entry[k] is not None}
+        try:
+            rules.append(ObservationRule(**fields))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{at}: {exc}") from None
+    return tuple(rules)
+
+
+def rules_from_config_file(path: str) -> tuple[ObservationRule, ...]:
+    """The rules of ``processors.tailcut.observation_rules`` in a collector config file, followed by the
+    built-in ones (:func:`with_extra`). Raises ``ValueError`` naming the file and the key that is wrong."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            document = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the config: {exc}") from None
+    processors = (document or {}).get("processors") if isinstance(document, Mapping) else None
+    block = processors.get("tailcut") if isinstance(processors, Mapping) else None
+    entries = block.get("observation_rules") if isinstance(block, Mapping) else None
+    try:
+        return with_extra(rules_from_config(entries, where="processors.tailcut.observation_rules"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------- as SQL
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def any_pattern(rules: Sequence[ObservationRule] = RULES) -> str:
+    """One regular expression that matches exactly the texts some rule matches."""
+    return "|".join(f"(?:{r.pattern})" for r in rules)
+
+
+def sql_kind(text: str, default: str) -> str:
+    """A DuckDB expression: the sub-kind :data:`KINDS` find in the text expression ``text``, else the SQL
+    expression ``default``."""
+    kinds = " ".join(
+        f"WHEN regexp_matches({text}, {_literal(pattern)}) THEN {_literal(kind)}" for kind, pattern in KINDS
+    )
+    return f"CASE {kinds} ELSE {default} END"
+
+
+def sql_observation(text: str, rules: Sequence[ObservationRule] = RULES) -> str:
+    """A DuckDB expression: the observation of the text expression ``text`` as a struct ``{rule,
+    category, layer, kind, quote}``, or NULL when no rule matches (the same answer as :func:`observe`)."""
+    branches = []
+    for r in rules:
+        before = f"length(regexp_replace({text}, {_literal(f'(?s)(?:{r.pattern}).*')}, ''))"
+        quote = f"left(trim(replace(substr({text}, {before} + 1), chr(10), ' ')), {QUOTE_CHARS})"
+        layer = "NULL" if r.layer is None else _literal(r.layer)
+        branches.append(
+            f"WHEN regexp_matches({text}, {_literal(r.pattern)}) THEN {{'rule': {_literal(r.name)}, "
+            f"'category': {_literal(r.category)}, 'layer': {layer}::VARCHAR, "
+            f"'kind': {sql_kind(text, _literal(r.kind))}, 'quote': {quote}}}"
+        )
+    return f"CASE {' '.join(branches)} END"
