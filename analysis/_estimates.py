@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from tailcut.analysis import stats
+from tailcut.analysis._census import CensusCounts, CensusCoverage, group_census
 from tailcut.analysis._classify import CATEGORIES
-from tailcut.analysis._verdict import GroupCounts, PopulationSample
+from tailcut.analysis._verdict import CensusCount, GroupCounts, PopulationSample
 
 if TYPE_CHECKING:
     from tailcut.analysis._dataset import Dataset
@@ -72,10 +73,31 @@ class GroupSample:
     tail: Sequence[bool]
     #: category -> per-trace indicator, aligned with the other fields
     hits: Mapping[str, Sequence[bool]]
+    #: every trace seen counted, per census category (None: no census asked for)
+    census: CensusCounts | None = None
+    #: which categories the census covers in this data dir
+    coverage: CensusCoverage | None = None
 
     @property
     def size(self) -> int:
         return len(self.inclusion_probability)
+
+    @property
+    def represented(self) -> bool:
+        """Whether the kept traces stand for every trace seen: nothing was dropped, or some kept trace
+        was kept by a probability below 1 (the baseline slice) and so stands for the dropped ones."""
+        return bool(self.size) and (
+            self.size >= self.population or any(p < 1 for p in self.inclusion_probability)
+        )
+
+    def census_count(self, category: str) -> CensusCount | None:
+        """The census of ``category`` in this group, when the category is a census category here."""
+        census, coverage = self.census, self.coverage
+        if census is None or coverage is None or census.note is not None or not census.seen:
+            return None
+        if not coverage.applies(category):
+            return None
+        return CensusCount(census.hits[category], census.seen, census.head_probability)
 
     def counts(self, category: str) -> GroupCounts:
         """One category's baseline-slice and tail-kept counts and population sample (a verdict's inputs)."""
@@ -86,15 +108,17 @@ class GroupSample:
             tail_hits=sum(h for h, t in zip(hits, self.tail, strict=True) if t),
             tail_n=sum(self.tail),
             population=PopulationSample(hits, self.inclusion_probability, self.population)
-            if self.size
+            if self.represented
             else None,
+            census=self.census_count(category),
         )
 
     def rate(self, category: str) -> CategoryRate:
         """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
         counts = self.counts(category)
-        weighted = counts.population.estimate() if counts.population is not None else None
+        sample = PopulationSample(hits, self.inclusion_probability, self.population) if self.size else None
+        weighted = sample.estimate() if sample is not None else None
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
             if counts.baseline_n
@@ -103,7 +127,13 @@ class GroupSample:
         return CategoryRate(category, sum(hits), weighted, baseline)
 
 
-def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object] = ()) -> GroupSample:
+def group_sample(
+    dataset: Dataset,
+    where: str = "true",
+    params: Sequence[object] = (),
+    *,
+    coverage: CensusCoverage | None = None,
+) -> GroupSample:
     """The kept traces matching ``where`` (SQL over ``traces``) with their categories; classifies if needed.
 
     Parameters
@@ -114,6 +144,9 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
         A predicate over the ``traces`` columns (``?`` placeholders take ``params``).
     params : sequence
         Values for the placeholders.
+    coverage : CensusCoverage, optional
+        The census categories (:func:`._census.build`, which fills the flags): then the group's census
+        counts come along.
     """
     dataset.ensure_findings()
     table = dataset.sql_arrow(
@@ -145,6 +178,8 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
         baseline=table.column("baseline").to_pylist(),
         tail=table.column("tail").to_pylist(),
         hits={c: [c in found for found in categories] for c in CATEGORIES},
+        census=group_census(dataset, where, params) if coverage is not None else None,
+        coverage=coverage,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -306,7 +307,53 @@ def _fail_on(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
     return frozenset(labels)
 
 
-@click.command()
+class _CouldNotCompare(click.ClickException):
+    """The comparison could not be made (exit 2, as click's usage errors)."""
+
+    exit_code = 2
+
+
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for ``--format json`` (read before click has parsed it)."""
+    pairs = itertools.pairwise(args)
+    return any(a == "--format" and b == "json" for a, b in pairs) or "--format=json" in args
+
+
+def _json_error(message: str) -> None:
+    import orjson
+
+    click.echo(orjson.dumps({"error": message}).decode())
+
+
+class _GateCommand(click.Command):
+    """``tailcut compare``'s exit codes: 0 no ``--fail-on`` verdict fired, 1 one fired, 2 the comparison
+    could not be made (a bad option, an unknown group, no data), with one line saying why on stderr and,
+    under ``--format json``, ``{"error": ...}`` on stdout."""
+
+    def make_context(self, info_name: str | None, args: list[str], *rest: Any, **extra: Any) -> Any:
+        given = list(args)  # parsing consumes the list
+        try:
+            return super().make_context(info_name, args, *rest, **extra)
+        except click.UsageError as exc:
+            if _wants_json(given):
+                _json_error(exc.format_message())
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from tailcut.errors import TailcutError
+
+        try:
+            return super().invoke(ctx)
+        except (TailcutError, click.UsageError) as exc:
+            message = exc.format_message() if isinstance(exc, click.UsageError) else str(exc)
+            if ctx.params.get("fmt") == "json":
+                _json_error(message)
+            if isinstance(exc, click.UsageError):
+                raise
+            raise _CouldNotCompare(message) from None
+
+
+@click.command(cls=_GateCommand)
 @click.option("--data", "data_dir", metavar="DIR", help="The data dir (for --by and --window).")
 @click.option(
     "--by", "column", metavar="COLUMN", help="Compare two values of this traces column (then give A B)."
@@ -354,13 +401,18 @@ def compare(
       tailcut compare --data DIR --by harness_revision v1 v2 --fail-on regression --format json
       tailcut compare --plan 5% 2% --data DIR
 
-    Verdicts: regression / improvement (the population estimate's interval excludes 0: policy-kept
-    failures counted against every trace seen, the rest from the baseline slice), confined to tail
-    sample (only the tail-kept interval does), no evidence. The six categories are one family: Holm's
-    method holds the chance of any false regression or improvement at 5%. --fail-on regression exits 1
-    when a category's verdict is regression (for CI). Each row shows the smallest rise its test detects
-    with 80% power, and a category without a verdict says what traffic would give one. Python twins:
-    tailcut.analysis.compare_by, compare_windows, compare_results.
+    Verdicts: regression / improvement (the interval the verdict rests on excludes 0: for a census
+    category, the exact count over every trace seen, kept or dropped; else the population estimate,
+    policy-kept failures counted against every trace seen and the rest from the baseline slice),
+    confined to tail sample (only the tail-kept interval does), no evidence. The six categories are one
+    family: Holm's method holds the chance of any false regression or improvement at 5%. A group with
+    no kept, failed or baseline-slice traces is compared all the same. Each row shows the smallest rise
+    its test detects with 80% power, and a category without a verdict says what traffic would give one.
+
+    Exit codes: 0 no --fail-on verdict fired; 1 a --fail-on verdict fired (for CI); 2 the comparison
+    could not be made (bad option, unknown group, no data), with one line saying why and, with
+    --format json, an object with an "error" key on stdout. Python twins: tailcut.analysis.compare_by,
+    compare_windows, compare_results.
     """
     if plan:
         if column or windows or results or values or fail_on:

@@ -261,7 +261,7 @@ def test_compare_by_column(sampled):
     assert result.exit_code == 0, result.output
     assert "schema_drift" in result.output and "baseline slice" in result.output and " pp [" in result.output
     wrong = run("compare", "--data", str(sampled), "--by", "harness_revision", "v1", "v9")
-    assert wrong.exit_code == 1 and "values present: v1, v2" in wrong.output
+    assert wrong.exit_code == 2 and "values present: v1, v2" in wrong.output
     usage = run("compare", "--data", str(sampled), "--by", "harness_revision", "v1")
     assert usage.exit_code == 2
 
@@ -284,7 +284,7 @@ def test_compare_windows(sampled):
     backwards = run(
         "compare", "--data", str(sampled), "--window", later.isoformat(), start.isoformat(), *args[3:]
     )
-    assert backwards.exit_code == 1 and "ends before it starts" in backwards.output
+    assert backwards.exit_code == 2 and "ends before it starts" in backwards.output
 
 
 def results_file(path, outcomes: dict[str, tuple[bool, list[bool]]], revision: str) -> str:
@@ -336,9 +336,9 @@ def test_compare_results_refuses_bad_files(tmp_path):
     pq.write_table(pa.table({"x": [1]}), tmp_path / "other.parquet")
     good = results_file(tmp_path / "a.parquet", {"0" * 32: (True, [True])}, "v1")
     result = run("compare", "--results", good, str(tmp_path / "other.parquet"))
-    assert result.exit_code == 1 and "not a replay-results file" in result.output
+    assert result.exit_code == 2 and "not a replay-results file" in result.output
     result = run("compare", "--results", good, str(tmp_path / "missing.parquet"))
-    assert result.exit_code == 1 and "no such replay-results file" in result.output
+    assert result.exit_code == 2 and "no such replay-results file" in result.output
 
 
 # --- tailcut select ----------------------------------------------------------------------------------------

@@ -1,0 +1,154 @@
+"""Traces with planted failure categories, fed to the real collector over OTLP/HTTP (for the census tests).
+
+Each trace is a root (``tailcut.kind`` root, its harness revision as the group, ``tailcut.outcome``), one
+``llm`` call and one tool call (three identical ones for a ``tool_loop``). A failure category is planted
+so that the collector's ``traces`` row and ``classify``'s findings both see it:
+
+* ``error``: the root span's status is ERROR;
+* ``silent_degradation``: the run ends without a failed span but its outcome is ``fail``;
+* ``tool_loop``: the same tool called three times with the same arguments;
+* ``slow``: the run lasts longer than the latency policy's threshold (not a category).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tests.test_collector_helpers import export_request, post, span, start_collector
+
+#: A day in 2026, the traces' clock (they are decided by arrival, not by their timestamps).
+EPOCH_NS = 1_795_000_000_000_000_000
+#: The latency policy's threshold (ms): a slow run lasts 1,700 ms, the others about 1,000.
+SLOW_MS = 1500
+PLANTED = ("error", "silent_degradation", "tool_loop")
+
+
+def policies(baseline_percent: float) -> list[dict[str, Any]]:
+    """The simulated deployment's policies: errors, latency and a uniform baseline slice."""
+    return [
+        {"name": "errors", "type": "status_code", "status_code": {"status_codes": ["ERROR"]}},
+        {"name": "slow", "type": "latency", "latency": {"threshold_ms": SLOW_MS}},
+        {
+            "name": "baseline",
+            "type": "probabilistic",
+            "probabilistic": {"sampling_percentage": baseline_percent, "hash_salt": "census"},
+        },
+    ]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One planted trace: its group (harness revision) and what it shows."""
+
+    group: str
+    error: bool = False
+    silent_degradation: bool = False
+    tool_loop: bool = False
+    slow: bool = False
+
+
+def spans_of(run: Run, trace_id: bytes, start_ns: int, rng: random.Random) -> list[Span]:
+    """The OTLP spans of ``run`` (root last, as SDKs export it)."""
+    root_id = trace_id[:8]
+    duration_ms = 1700 if run.slow else rng.randint(950, 1050)
+    spans = [
+        span(
+            trace_id,
+            b"\x01" + root_id[1:],
+            root_id,
+            name="chat",
+            start_ns=start_ns + 1_000_000,
+            duration_ns=200_000_000,
+            tailcut__kind="llm",
+            tailcut__boundary="llm:openai.chat",
+            gen_ai__usage__input_tokens=120,
+            gen_ai__usage__output_tokens=40,
+        )
+    ]
+    calls = 3 if run.tool_loop else 1
+    for i in range(calls):
+        arguments = "same" if run.tool_loop else f"args-{trace_id.hex()}"
+        spans.append(
+            span(
+                trace_id,
+                bytes([2 + i]) + root_id[1:],
+                root_id,
+                name="execute_tool search",
+                start_ns=start_ns + (300 + 100 * i) * 1_000_000,
+                duration_ns=50_000_000,
+                tailcut__kind="tool",
+                tailcut__boundary="tool:search",
+                gen_ai__tool__name="search",
+                tailcut__request__sha256=arguments,
+            )
+        )
+    spans.append(
+        span(
+            trace_id,
+            root_id,
+            name="support-run",
+            error=run.error,
+            start_ns=start_ns,
+            duration_ns=duration_ms * 1_000_000,
+            tailcut__kind="root",
+            tailcut__harness__revision=run.group,
+            tailcut__outcome="fail" if run.silent_degradation else "pass",
+        )
+    )
+    return spans
+
+
+def feed(directory: Path, runs: Sequence[Run], *, baseline_percent: float = 10.0, seed: int = 0) -> Path:
+    """Send ``runs`` to a real collector (in this process, over loopback HTTP), stop it, return the data dir.
+
+    Requests carry 200 traces each; the collector decides each trace when its root arrives (plus its
+    grace) and writes every trace's row and the kept traces' spans.
+    """
+    rng = random.Random(seed)
+    collector = start_collector(directory, policies=policies(baseline_percent))
+    try:
+        port = collector.ports.http
+        for batch in _batches(runs, 200):
+            spans: list[Span] = []
+            for index, run in batch:
+                start = EPOCH_NS + index * 2_000_000_000
+                spans.extend(spans_of(run, rng.randbytes(16), start, rng))
+            status, _, body = post(port, export_request(spans, service="support-agent"))
+            assert status == 200, body
+    finally:
+        collector.stop()
+    return directory / "data"
+
+
+def _batches(runs: Sequence[Run], size: int) -> Iterator[list[tuple[int, Run]]]:
+    numbered = list(enumerate(runs))
+    for start in range(0, len(numbered), size):
+        yield numbered[start : start + size]
+
+
+def draw(group: str, n: int, rates: dict[str, float], rng: random.Random, **always: bool) -> list[Run]:
+    """``n`` runs of ``group``, each category planted independently at its rate (at most one failure per
+    run: error first, then silent degradation, so their rates are exact); ``always`` sets a field of every
+    run that shows ``silent_degradation`` (e.g. ``slow=True``)."""
+    runs = []
+    for _ in range(n):
+        error = rng.random() < rates.get("error", 0.0)
+        silent = not error and rng.random() < rates.get("silent_degradation", 0.0) / (
+            1 - rates.get("error", 0.0)
+        )
+        loop = rng.random() < rates.get("tool_loop", 0.0)
+        extra = always if silent else {}
+        slow = extra.get("slow", False) or (not silent and rng.random() < rates.get("slow", 0.0))
+        runs.append(Run(group, error=error, silent_degradation=silent, tool_loop=loop, slow=slow))
+    return runs
+
+
+def truth(runs: Iterable[Run], category: str) -> int:
+    """How many of ``runs`` show ``category``."""
+    return sum(getattr(run, category) for run in runs)

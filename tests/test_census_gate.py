@@ -1,0 +1,84 @@
+"""The clean-baseline gate (issue 29): a "before" revision with no failures is the normal case for a CI gate.
+
+v1 has no failures, so no policy keeps any of its traces (and without a baseline slice none is kept at
+all); v2 has errors and failed outcomes. Through the real collector, ``tailcut compare`` must compare them
+(census rates of 0 with honest upper bounds), exit 0 without ``--fail-on``, 1 when a ``--fail-on``
+verdict fired, 2 with ``{"error": ...}`` when the comparison cannot be made.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from tailcut.analysis.stats import wilson_interval
+from tailcut.cli import cli
+from tests.census_support import Run, draw, feed
+
+pytestmark = pytest.mark.slow
+
+
+def _runs() -> list[Run]:
+    rng = random.Random(7)
+    clean = [Run("v1") for _ in range(60)]
+    failing = draw("v2", 60, {"error": 0.2, "silent_degradation": 0.2}, rng)
+    return clean + failing
+
+
+@pytest.fixture(scope="module", params=[10.0, 0.0], ids=["baseline-10%", "no-baseline"])
+def data(request, tmp_path_factory):
+    return feed(tmp_path_factory.mktemp("gate"), _runs(), baseline_percent=request.param), request.param
+
+
+def compare(data_dir, *args: str):
+    return CliRunner().invoke(
+        cli, ["compare", "--data", str(data_dir), "--by", "harness_revision", *args], catch_exceptions=False
+    )
+
+
+def test_a_clean_before_revision_is_compared_and_its_regression_fires(data):
+    data_dir, baseline = data
+    result = compare(data_dir, "v1", "v2", "--format", "json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["a"]["seen"] == 60 and record["b"]["seen"] == 60
+    if baseline == 0:
+        assert record["a"]["traces"] == 0  # nothing of v1 was kept
+    assert {"error", "silent_degradation"} <= set(record["census"]["categories"])
+    rows = {row["category"]: row for row in record["categories"]}
+    for category in ("error", "silent_degradation"):
+        row = rows[category]
+        census = row["census"]
+        assert row["estimate"] == "census"
+        assert census["a"]["numerator"] == 0 and census["a"]["denominator"] == 60
+        # Wilson's upper bound at 0/60, at the row's Holm level
+        upper = wilson_interval(0, 60, confidence=row["confidence"])[1]
+        assert census["a"]["low"] == 0 and census["a"]["high"] == pytest.approx(upper) and upper > 0.05
+        assert census["b"]["numerator"] >= 6
+        assert row["verdict"] == "regression", row["reason"]
+    fired = compare(data_dir, "v1", "v2", "--fail-on", "regression")
+    assert fired.exit_code == 1 and "failing on verdict regression" in fired.output
+    calm = compare(data_dir, "v2", "v1", "--fail-on", "regression", "--format", "json")
+    assert calm.exit_code == 0, calm.output
+    reversed_ = {row["category"]: row["verdict"] for row in json.loads(calm.output)["categories"]}
+    assert reversed_["error"] == reversed_["silent_degradation"] == "improvement"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("v1", "v9"), "no trace has harness_revision = 'v9'; values present: v1, v2"),
+        (("v1",), "needs two values"),
+        (("v1", "v2", "--fail-on", "worse"), "unknown verdict 'worse'"),
+    ],
+)
+def test_a_comparison_that_cannot_be_made_exits_2_with_a_json_error(data, args, message):
+    data_dir, _ = data
+    result = compare(data_dir, *args, "--format", "json")
+    assert result.exit_code == 2
+    error = json.loads(result.stdout.splitlines()[0])
+    assert set(error) == {"error"} and message in error["error"]
+    assert message in result.stderr
