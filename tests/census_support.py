@@ -20,7 +20,8 @@ from typing import Any
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from tests.test_collector_helpers import export_request, post, span, start_collector
+from tailcut.demo._collector_process import CollectorProcess
+from tests.test_collector_helpers import export_request, post, span, write_config
 
 #: A day in 2026, the traces' clock (they are decided by arrival, not by their timestamps).
 EPOCH_NS = 1_795_000_000_000_000_000
@@ -52,68 +53,99 @@ class Run:
     tool_loop: bool = False
     slow: bool = False
 
+    def shape(self) -> Shape:
+        calls = ((0, 1),) * 3 if self.tool_loop else ((1, 1),)
+        outcome = "fail" if self.silent_degradation else "pass"
+        return Shape(self.group, root_failed=self.error, outcome=outcome, tools=calls, slow=self.slow)
 
-def spans_of(run: Run, trace_id: bytes, start_ns: int, rng: random.Random) -> list[Span]:
+
+@dataclass(frozen=True)
+class Shape:
+    """Any trace of the census tests: the root's status and outcome, the llm calls' output tokens and the
+    tool calls as (arguments number, attempt); arguments number 1 is unique to the trace."""
+
+    group: str
+    root_failed: bool = False
+    outcome: str | None = "pass"
+    score: float | None = None
+    llm_tokens: tuple[int, ...] = (40,)
+    tools: tuple[tuple[int, int], ...] = ((1, 1),)
+    failed_tool: int | None = None
+    slow: bool = False
+
+
+def spans_of(run: Run | Shape, trace_id: bytes, start_ns: int, rng: random.Random) -> list[Span]:
     """The OTLP spans of ``run`` (root last, as SDKs export it)."""
+    shape = run.shape() if isinstance(run, Run) else run
     root_id = trace_id[:8]
-    duration_ms = 1700 if run.slow else rng.randint(950, 1050)
-    spans = [
-        span(
-            trace_id,
-            b"\x01" + root_id[1:],
-            root_id,
-            name="chat",
-            start_ns=start_ns + 1_000_000,
-            duration_ns=200_000_000,
-            tailcut__kind="llm",
-            tailcut__boundary="llm:openai.chat",
-            gen_ai__usage__input_tokens=120,
-            gen_ai__usage__output_tokens=40,
+    duration_ms = 1700 if shape.slow else rng.randint(950, 1050)
+    spans = []
+    for i, tokens in enumerate(shape.llm_tokens):
+        spans.append(
+            span(
+                trace_id,
+                bytes([0x80 + i]) + root_id[1:],
+                root_id,
+                name="chat",
+                start_ns=start_ns + (1 + 10 * i) * 1_000_000,
+                duration_ns=5_000_000,
+                tailcut__kind="llm",
+                tailcut__boundary="llm:openai.chat",
+                gen_ai__usage__input_tokens=120,
+                gen_ai__usage__output_tokens=tokens,
+            )
         )
-    ]
-    calls = 3 if run.tool_loop else 1
-    for i in range(calls):
-        arguments = "same" if run.tool_loop else f"args-{trace_id.hex()}"
+    for i, (arguments, attempt) in enumerate(shape.tools):
+        retry = {"tailcut__attempt": attempt} if attempt > 1 else {}
         spans.append(
             span(
                 trace_id,
                 bytes([2 + i]) + root_id[1:],
                 root_id,
                 name="execute_tool search",
-                start_ns=start_ns + (300 + 100 * i) * 1_000_000,
-                duration_ns=50_000_000,
+                error=shape.failed_tool == i,
+                start_ns=start_ns + (300 + 10 * i) * 1_000_000,
+                duration_ns=5_000_000,
                 tailcut__kind="tool",
                 tailcut__boundary="tool:search",
                 gen_ai__tool__name="search",
-                tailcut__request__sha256=arguments,
+                tailcut__request__sha256=f"args-{trace_id.hex()}" if arguments == 1 else f"args-{arguments}",
+                **retry,
             )
         )
+    root: dict[str, Any] = {"tailcut__kind": "root", "tailcut__harness__revision": shape.group}
+    if shape.outcome is not None:
+        root["tailcut__outcome"] = shape.outcome
+    if shape.score is not None:
+        root["tailcut__outcome__score"] = shape.score
     spans.append(
         span(
             trace_id,
             root_id,
             name="support-run",
-            error=run.error,
+            error=shape.root_failed,
             start_ns=start_ns,
             duration_ns=duration_ms * 1_000_000,
-            tailcut__kind="root",
-            tailcut__harness__revision=run.group,
-            tailcut__outcome="fail" if run.silent_degradation else "pass",
+            **root,
         )
     )
     return spans
 
 
-def feed(directory: Path, runs: Sequence[Run], *, baseline_percent: float = 10.0, seed: int = 0) -> Path:
-    """Send ``runs`` to a real collector (in this process, over loopback HTTP), stop it, return the data dir.
+def feed(
+    directory: Path, runs: Sequence[Run | Shape], *, baseline_percent: float = 10.0, seed: int = 0
+) -> Path:
+    """Send ``runs`` to ``tailcut collect`` (a child process, over loopback HTTP), wait until it decided
+    every trace, stop it (SIGTERM: flush) and return the data dir.
 
     Requests carry 200 traces each; the collector decides each trace when its root arrives (plus its
     grace) and writes every trace's row and the kept traces' spans.
     """
     rng = random.Random(seed)
-    collector = start_collector(directory, policies=policies(baseline_percent))
-    try:
-        port = collector.ports.http
+    config = write_config(directory, policies=policies(baseline_percent))
+    data = directory / "data"
+    with CollectorProcess(data, directory / "collect.log", config=config) as collector:
+        port = int(collector.endpoint.rsplit(":", 1)[1])
         for batch in _batches(runs, 200):
             spans: list[Span] = []
             for index, run in batch:
@@ -121,12 +153,11 @@ def feed(directory: Path, runs: Sequence[Run], *, baseline_percent: float = 10.0
                 spans.extend(spans_of(run, rng.randbytes(16), start, rng))
             status, _, body = post(port, export_request(spans, service="support-agent"))
             assert status == 200, body
-    finally:
-        collector.stop()
-    return directory / "data"
+        collector.wait_decided(len(runs), timeout=600)
+    return data
 
 
-def _batches(runs: Sequence[Run], size: int) -> Iterator[list[tuple[int, Run]]]:
+def _batches(runs: Sequence[Run | Shape], size: int) -> Iterator[list[tuple[int, Run | Shape]]]:
     numbered = list(enumerate(runs))
     for start in range(0, len(numbered), size):
         yield numbered[start : start + size]
