@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from tailcut.analysis._errors import NoDataError, data_read_error, is_data_read_error
+from tailcut.exporters._errors import DataDirError
 from tailcut.exporters._location import is_remote
+from tailcut.exporters._location import location as parse_location
 
 if TYPE_CHECKING:
     import duckdb
@@ -74,6 +76,10 @@ def present_tables(connection: duckdb.DuckDBPyConnection, location: str) -> dict
             raise NoDataError(f"{location}: cannot list {table}/ ({str(exc).splitlines()[0]})") from None
         found[table] = bool(rows and rows[0])
     if not any(found.values()):
+        try:
+            parse_location(location).check_reachable()  # an empty listing may be a missing bucket
+        except DataDirError as exc:
+            raise NoDataError(str(exc)) from None
         raise NoDataError(
             f"{location}: no Parquet files under spans/ or traces/; is it a tailcut data dir? "
             "(it fills as `tailcut collect` or an agent's ParquetSpanExporter writes)"

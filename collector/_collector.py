@@ -130,14 +130,19 @@ class Collector:
                 config.grpc.port,
             )
         if config.metrics is not None:
-            self._metrics_server = MetricsServer(
-                self.metrics, lambda: not self._stopping, config.metrics_security
-            )
+            self._metrics_server = MetricsServer(self.metrics, self._unhealthy, config.metrics_security)
             metrics_port = await _listen(
                 self._metrics_server.server.start(*config.metrics), "metrics", "--metrics", *config.metrics
             )
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         return Ports(http_port, grpc_port, metrics_port)
+
+    def _unhealthy(self) -> str | None:
+        """Why ``/healthz`` answers 503 now (None: healthy): stopping, or writes failing."""
+        if self._stopping:
+            return "shutting down"
+        fault = self.sink.fault
+        return None if fault is None else f"writing failed, retrying: {fault}"
 
     async def _tick_forever(self) -> None:
         interval = self.processor.tick_interval

@@ -35,6 +35,7 @@ Durability (the write-ahead log and publishing):
   each recovery from an I/O error); ``tailcut_wal_replayed_spans_total``: spans buffered again by them
 * ``tailcut_wal_fsync_seconds`` (histogram): each fsync of the log
 * ``tailcut_io_faults_total``: I/O errors that made the collector answer 503 until it recovered
+* ``tailcut_writing_failed`` (gauge): 1 while writes fail (``/healthz`` then answers 503 with the error)
 * ``tailcut_oldest_unpublished_row_age_seconds`` (gauge): how long the oldest row handed to the
   writer has waited to become readable (published)
 
@@ -245,6 +246,7 @@ _GAUGE_HELP = {
     TS + "sampling_traces_on_memory": "Tracks the number of traces current on memory",
     "tailcut_buffer_bytes": "Encoded bytes of the spans waiting for a decision",
     "tailcut_write_backlog_bytes": "Encoded bytes of kept spans waiting to be written",
+    "tailcut_writing_failed": "1 while writes to the data dir fail and the collector answers 503, else 0",
     "tailcut_wal_bytes": "Bytes in the write-ahead log's segments",
     "tailcut_wal_segments": "Segment files of the write-ahead log",
     "tailcut_oldest_unpublished_row_age_seconds": (

@@ -254,12 +254,15 @@ class Processor:
             self.wal.close(remove=clean)
             self.wal = self.sink.wal = None
 
-    def recover(self) -> None:
+    def recover(self, *, counted: bool = False) -> None:
         """Rebuild the state the log describes: undecided traces buffered again, their clocks resumed.
 
         Decisions are re-applied as recorded (not re-evaluated), late spans follow them, and what a file
-        named in a ``PUBLISHED`` record already holds is not handed to the writer again.
+        named in a ``PUBLISHED`` record already holds is not handed to the writer again. ``counted``:
+        this process already counted the decisions the log holds (a replay after an I/O fault), so the
+        summary's counts are restored afterwards rather than counting those traces twice.
         """
+        before = self.counts.copy() if counted else None
         wal = self.wal
         assert wal is not None
         names = [payload.decode() for _, kind, payload in wal.records() if kind == PUBLISHED]
@@ -305,6 +308,8 @@ class Processor:
         finally:
             self._replaying = False
             self._published = None
+            if before is not None:
+                self.counts = collections.Counter(before)
         if records:
             self.metrics.wal_replays += 1
             self.metrics.wal_replayed_spans += spans
@@ -462,7 +467,7 @@ class Processor:
             _logger.error("tailcut collector: writing resumed; rows being written at the error were lost")
             return
         self._init_state()
-        self.recover()
+        self.recover(counted=True)
 
     # --- ingest ---------------------------------------------------------------------------------------
     def ingest(self, body: bytes | bytearray, transport: str) -> IngestResult:
@@ -473,7 +478,7 @@ class Processor:
         OtlpError
             400 for a malformed body, 429 when full, 503 while an I/O error lasts (retry delay given).
         """
-        self._check_room()
+        self._check_room(len(body))
         now = time.monotonic()
         result = self._ingest(body, transport, now)
         try:
@@ -561,12 +566,21 @@ class Processor:
             metrics.accepted_spans[transport] += accepted
             if rejected:
                 metrics.refused_spans[transport] += rejected
-            while len(buffer) > self.num_traces or (buffer.nbytes > self.max_bytes and len(buffer) > 1):
+            while not self.block_on_overflow and (
+                len(buffer) > self.num_traces or (buffer.nbytes > self.max_bytes and len(buffer) > 1)
+            ):
                 metrics.evicted += 1
                 self._decide(buffer.pop_oldest(), "evicted", now)
         return IngestResult(accepted, rejected, f"{rejected} span(s) refused: {_BAD_IDS}" if rejected else "")
 
-    def _check_room(self) -> None:
+    def _check_room(self, size: int) -> None:
+        """Refuse a request of ``size`` bytes before it is acknowledged when it would not fit.
+
+        With ``block_on_overflow`` a request that would take the buffer past its byte budget is refused
+        here (429), never accepted and evicted afterwards; only into an empty buffer does an oversized
+        request go (``max_request_body_size`` bounds it), or nothing would ever be accepted again. The
+        trace count may pass ``num_traces`` by the new traces of the last accepted request.
+        """
         if self.closed:
             raise OtlpError(
                 503, code_pb2.UNAVAILABLE, "the collector is shutting down; retry elsewhere or later"
@@ -577,8 +591,9 @@ class Processor:
             raise overloaded("the write-ahead log is full (processors.tailcut.wal.max_size_mib); retry later")
         if self.sink.backlog_bytes >= self.max_bytes:
             raise overloaded("kept spans are waiting to be written (writer backlog full); retry later")
+        buffered = self.buffer.nbytes
         if self.block_on_overflow and (
-            len(self.buffer) >= self.num_traces or self.buffer.nbytes >= self.max_bytes
+            len(self.buffer) >= self.num_traces or (buffered and buffered + size > self.max_bytes)
         ):
             raise overloaded("trace buffer full (block_on_overflow); retry later")
 

@@ -218,10 +218,10 @@ class MetricsServer:
     """``GET /metrics`` (Prometheus text) and ``GET /healthz``, with the same TLS and auth as a receiver."""
 
     def __init__(
-        self, metrics: CollectorMetrics, healthy: Callable[[], bool], security: EndpointSecurity
+        self, metrics: CollectorMetrics, unhealthy: Callable[[], str | None], security: EndpointSecurity
     ) -> None:
         self._metrics = metrics
-        self._healthy = healthy
+        self._unhealthy = unhealthy
         guard = None
         if security.auth is not None:
             guard = _bearer_guard(security.auth, _plain_refusal)
@@ -236,7 +236,9 @@ class MetricsServer:
         return Response(200, self._metrics.exposition(), content_type=self._metrics.content_type)
 
     def health(self, request: Request) -> Response:
-        return text_response(200, "ok") if self._healthy() else text_response(503, "shutting down")
+        """200 ``ok``, or 503 with the reason (shutting down; writes failing, with the error)."""
+        reason = self._unhealthy()
+        return text_response(200, "ok") if reason is None else text_response(503, reason)
 
 
 def _plain_refusal(request: Request, error: OtlpError) -> Response:

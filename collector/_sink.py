@@ -46,7 +46,7 @@ from tailcut.collector._wal import WriteAheadLog
 from tailcut.collector._whole import self_contained
 from tailcut.errors import TailcutError
 from tailcut.exporters import BadOtlpInput, DataDirError, DataDirWriter, normalize_otlp
-from tailcut.exporters._location import is_remote
+from tailcut.exporters._location import is_remote, location
 from tailcut.exporters._varint import encode_varint
 
 if TYPE_CHECKING:
@@ -157,10 +157,14 @@ class Sink:
         self._flush_requested = threading.Event()
         self._stopping = threading.Event()
         self.backlog_bytes = 0
+        #: Rows published (readable in the data dir), each once: rows handed to the writer count only when
+        #: their file is published, so rows a fault discarded and the log regenerates are not counted twice.
         self.spans_written = 0
         self.rows_written = 0
+        self._unpublished_rows = {"spans": 0, "traces": 0}
         #: The I/O error being recovered from (None when healthy).
         self.fault: BaseException | None = None
+        metrics.gauges["tailcut_writing_failed"] = lambda: 0 if self.fault is None else 1
         #: Set once the data dir works again after a fault (the processor then calls :meth:`reset`).
         self.ready = False
         #: Set when the thread stopped after publishing everything it was handed.
@@ -174,6 +178,8 @@ class Sink:
     def start(self) -> None:
         if self.config.parquet is not None:
             try:
+                if is_remote(self.config.parquet.path):  # a missing bucket fails here, not at the first write
+                    location(self.config.parquet.path).check_writable()
                 self._writer = self._open_writer()
             except TailcutError as exc:
                 raise CollectorError(str(exc)) from None
@@ -351,6 +357,7 @@ class Sink:
                 self._writer.close()
             else:
                 self._writer.flush()
+        self._count_published()
         with self._lock:
             landed = written > self.published_seq
             self.published_seq = max(self.published_seq, written)
@@ -358,6 +365,15 @@ class Sink:
                 self._unpublished.popleft()
         if landed and self.findings is not None:
             self.findings.poke()
+
+    def _count_published(self) -> None:
+        counts = self._unpublished_rows
+        for table, count in counts.items():
+            if count:
+                self.metrics.rows_written.labels(table).inc(count)
+        self.spans_written += counts["spans"]
+        self.rows_written += counts["traces"]
+        self._unpublished_rows = {"spans": 0, "traces": 0}
 
     def _write(self, kept: list[tuple[int, KeptSpans]], rows: list[tuple[int, TraceRow]]) -> None:
         main = [item for _, item in kept if not item.late]
@@ -393,6 +409,7 @@ class Sink:
         if self.fault is None:
             _logger.error("tailcut collector: writing failed, retrying: %s", error)
         self.fault = error
+        self._unpublished_rows = {"spans": 0, "traces": 0}  # discarded: the log regenerates them
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
@@ -453,7 +470,9 @@ class Sink:
             _touch(self.wal.directory)
         parquet = self.config.parquet
         if parquet is not None:
-            if not is_remote(parquet.path):  # an object store is probed by the next upload itself
+            if is_remote(parquet.path):  # a write must succeed before "writing works again" is said
+                location(parquet.path).check_writable()
+            else:
                 for table in ("spans", "traces"):
                     _touch(Path(parquet.path) / table)
             if self._fresh is None:
@@ -478,8 +497,7 @@ class Sink:
             table = _shift_positions(table, bases)
         self._writer.write_spans(table)
         self.metrics.write_seconds.labels("spans").observe(time.perf_counter() - started)
-        self.metrics.rows_written.labels("spans").inc(table.num_rows)
-        self.spans_written += table.num_rows
+        self._unpublished_rows["spans"] += table.num_rows
 
     def _normalize_each(self, group: list[KeptSpans]) -> pa.Table:
         """Normalise trace by trace, skipping (and counting) the traces the normaliser refuses."""
@@ -499,8 +517,7 @@ class Sink:
         table = traces_table(rows)
         self._writer.write_traces(table)
         self.metrics.write_seconds.labels("traces").observe(time.perf_counter() - started)
-        self.metrics.rows_written.labels("traces").inc(table.num_rows)
-        self.rows_written += table.num_rows
+        self._unpublished_rows["traces"] += table.num_rows
 
 
 def _touch(directory: Path) -> None:

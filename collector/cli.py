@@ -1,20 +1,24 @@
 """``tailcut collect``: run the tail-sampling collector until SIGTERM or SIGINT.
 
 The command parses options, builds the config with :func:`tailcut.collector.load_config` and runs a
-:class:`tailcut.collector.Collector`. Human-readable progress goes to stderr; stdout gets one JSON line
-when the collector is ready (the bound endpoints, for a parent process that asked for port 0) and one when
-it stopped (what it decided and wrote).
+:class:`tailcut.collector.Collector`. Human-readable progress goes to stderr. Machine events are JSON
+lines, one when the collector is ready (the bound endpoints, for a parent process that asked for port 0)
+and one when it stopped (what it decided and wrote); ``--events`` says where they go (by default stdout
+when it is not a terminal, so a supervisor reading a pipe gets them and a person at a terminal reads only
+the human lines).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import click
 
@@ -56,6 +60,14 @@ from tailcut.errors import TailcutError
     default=None,
     help="Prometheus /metrics and /healthz endpoint (default 127.0.0.1:8888).",
 )
+@click.option(
+    "--events",
+    metavar="TARGET",
+    default="auto",
+    show_default=True,
+    help="Where the JSON event lines (ready, stopped) go: stdout, stderr, none, or a file path "
+    "(appended); auto is stdout when stdout is not a terminal, else none.",
+)
 def collect(
     config_path: str | None,
     check: bool,
@@ -64,6 +76,7 @@ def collect(
     grpc: str | None,
     no_grpc: bool,
     metrics: str | None,
+    events: str,
 ) -> None:
     """Receive OTLP, keep every failed and anomalous trace plus a uniform baseline, write Parquet.
 
@@ -79,9 +92,11 @@ def collect(
     # otherwise land in an import or in start() and be lost or turn into a traceback).
     previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        _run(
-            config_path, check, {"data": data, "http": http, "metrics": metrics, "grpc": grpc}, no_grpc, stop
-        )
+        with _event_stream(events) as emit:
+            overrides = {"data": data, "http": http, "metrics": metrics, "grpc": grpc}
+            _run(config_path, check, overrides, no_grpc, stop, emit)
+    except OSError as exc:
+        raise click.ClickException(f"--events {events}: cannot write there ({exc.strerror or exc})") from None
     except TailcutError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -90,7 +105,12 @@ def collect(
 
 
 def _run(
-    config_path: str | None, check: bool, overrides: dict[str, Any], no_grpc: bool, stop: _StopRequest
+    config_path: str | None,
+    check: bool,
+    overrides: dict[str, Any],
+    no_grpc: bool,
+    stop: _StopRequest,
+    emit: Callable[[dict[str, Any]], None],
 ) -> None:
     """Start, wait for a stop signal, stop; a signal before the collector is ready stops it as well."""
     from tailcut.collector import Collector, load_config
@@ -106,12 +126,12 @@ def _run(
     if not stop.is_set():
         ports = collector.start()
         if not stop.is_set():
-            _announce(config, ports)
+            _announce(config, ports, emit)
         stop.wait()
         click.echo("tailcut collect: stopping: deciding pending traces and writing everything", err=True)
         collector.stop()
     summary = collector.processor.summary()
-    _emit({"event": "stopped", **summary})
+    emit({"event": "stopped", **summary})
     click.echo(
         f"tailcut collect: stopped: {summary['traces']} traces decided, {summary['kept']} kept, "
         f"{summary['spans_written']} spans written",
@@ -161,19 +181,35 @@ class _StopRequest:
             time.sleep(self.POLL_SECONDS)
 
 
-def _emit(record: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+@contextlib.contextmanager
+def _event_stream(target: str) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A function writing one JSON event line (flushed) to ``target`` (see ``--events``)."""
+    if target == "auto":
+        target = "none" if sys.stdout.isatty() else "stdout"
+    if target == "none":
+        yield lambda record: None
+        return
+    with contextlib.ExitStack() as stack:
+        if target in ("stdout", "stderr"):
+            stream: TextIO = getattr(sys, target)
+        else:
+            stream = stack.enter_context(open(target, "a", encoding="utf-8"))
+
+        def emit(record: dict[str, Any]) -> None:
+            stream.write(json.dumps(record) + "\n")
+            stream.flush()
+
+        yield emit
 
 
-def _announce(config: Any, ports: Any) -> None:
+def _announce(config: Any, ports: Any, emit: Callable[[dict[str, Any]], None]) -> None:
     endpoints = {
         "http": f"{config.http.host}:{ports.http}" if ports.http is not None else None,
         "grpc": f"{config.grpc.host}:{ports.grpc}" if ports.grpc is not None else None,
         "metrics": f"{config.metrics[0]}:{ports.metrics}" if ports.metrics is not None else None,
     }
     data = str(config.parquet.path) if config.parquet is not None else None
-    _emit({"event": "ready", **endpoints, "data": data})
+    emit({"event": "ready", **endpoints, "data": data})
     parts = []
     if endpoints["http"]:
         parts.append(f"OTLP/HTTP on http://{endpoints['http']}/v1/traces")

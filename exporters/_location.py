@@ -112,6 +112,48 @@ class Location:
         ]
         return sorted(found)
 
+    def check_reachable(self) -> None:
+        """Raise :class:`DataDirError` when a remote location's bucket does not exist or cannot be read.
+
+        Readers call this before they conclude that a location holds no files: a listing of a missing
+        bucket is empty, and "no files" would blame the data instead of the URL. Local: nothing to check.
+        """
+        import pyarrow.fs as pafs
+
+        if not self.remote:
+            return
+        bucket = self.path.split("/", 1)[0]
+        try:
+            found = self.filesystem.get_file_info(bucket).type
+        except OSError as exc:
+            raise DataDirError(f"{self.url}: cannot reach the object store ({_first_line(exc)})") from None
+        if found == pafs.FileType.NotFound:
+            raise DataDirError(
+                f"{self.url}: bucket {bucket!r} does not exist "
+                "(create it, or check the URL and AWS_ENDPOINT_URL)"
+            )
+
+    def check_writable(self) -> None:
+        """Create and delete a small probe file here; :class:`DataDirError` naming why that failed.
+
+        A collector calls this at start and while it recovers from a write fault, so that a bucket that
+        does not exist, a read-only prefix or missing credentials are reported at once, and "writing works
+        again" is said only once a write has succeeded.
+        """
+        import uuid
+
+        self.check_reachable()
+        probe = f"{self.path}/.tailcut-probe-{uuid.uuid4().hex}"
+        filesystem = self.filesystem
+        try:
+            if not self.remote:
+                filesystem.create_dir(self.path, recursive=True)
+            with filesystem.open_output_stream(probe) as stream:
+                stream.write(b"tailcut")
+            filesystem.delete_file(probe)
+        except OSError as exc:
+            raise DataDirError(f"{self.url}: cannot write there ({_first_line(exc)})") from None
+
     def upload(self, local: Path, name: str) -> None:
         """Copy a finished local file to ``name`` under this (remote) location, whole."""
         with local.open("rb") as source, self.filesystem.open_output_stream(f"{self.path}/{name}") as target:
@@ -224,6 +266,10 @@ def local_directory(source: Location) -> Iterator[Path]:
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def _endpoint() -> str | None:

@@ -103,6 +103,7 @@ def _trace(summary: TraceSummary) -> dict[str, Any]:
         "bit_stable": summary.bit_stable,
         "not_live": summary.not_live,
         "first_divergence": summary.first_divergence,
+        "first_failure": summary.first_failure,
         "unwrapped": list(summary.unwrapped),
     }
 

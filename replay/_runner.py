@@ -50,6 +50,8 @@ class TraceSummary:
     label: str = ""
     diverged: int = 0
     unwrapped: tuple[str, ...] = ()
+    #: Why the first failed rerun failed: what the agent raised (type and message), else the check's word.
+    first_failure: str | None = None
 
     @property
     def failed(self) -> int:
@@ -70,6 +72,8 @@ class TraceSummary:
         lines = ["  ".join(parts)]
         if self.first_divergence:
             lines.append(f"    first divergence: {self.first_divergence}")
+        if self.first_failure:
+            lines.append(f"    first failure: {self.first_failure}")
         if self.unwrapped:
             lines.append(
                 f"    ran live, not wrapped for replay: {', '.join(self.unwrapped)} "
@@ -113,6 +117,7 @@ class ReplayReport:
         )
         first = next((r.rerun.first_divergence for r in results if r.rerun.divergences), None)
         unwrapped = tuple(dict.fromkeys(key for r in results for key in r.rerun.unwrapped))
+        failure = next((_failure_reason(r) for r in results if r.status == "fail"), None)
         run = self.runs[trace_id]
         label = run.category or ("baseline" if run.baseline else "")
         return TraceSummary(
@@ -128,6 +133,7 @@ class ReplayReport:
             label=label,
             diverged=sum(r.status == "diverged" for r in results),
             unwrapped=unwrapped,
+            first_failure=failure,
         )
 
     @property
@@ -402,3 +408,17 @@ class _Plan:
                 None, f"canary: not run: no trace replayed cleanly to corrupt (tried {', '.join(unclean)})"
             )
         return CanaryResult(None, "canary: not run: no recorded response feeds a later boundary")
+
+
+def _failure_reason(result: RerunResult) -> str:
+    """``APIConnectionError: Connection error.`` for a rerun whose agent raised, else the check's message
+    (first lines only: the terminal gets one line, the results file keeps everything)."""
+    error = result.rerun.error
+    if error is not None:
+        message = _first_line(str(error))
+        return f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return _first_line(result.check_message) or "the check failed"
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -263,3 +263,30 @@ def test_metrics_and_health_endpoints(collector):
     assert 'tailcut_decisions_total{kept="true",reason="root_end"} 1.0' in text
     assert "otelcol_processor_tail_sampling_sampling_traces_on_memory 0.0" in text
     assert post(collector.ports.metrics, b"", path="/healthz", method="GET")[:1] == (200,)
+
+
+def test_block_on_overflow_refuses_a_request_past_the_byte_budget_instead_of_evicting(tmp_path):
+    """A request that would take the buffer past ``max_buffer_mib`` is refused (429) before it is
+    acknowledged; nothing acknowledged is evicted to make room (the README's promise)."""
+    collector = start_collector(
+        tmp_path,
+        policies=KEEP_ERRORS,
+        tailcut={"max_buffer_mib": 0.05},  # 52 KB: a few dozen 2 KB spans
+        block_on_overflow=True,
+        decision_wait="1m",
+    )
+    budget = collector.processor.max_bytes
+    answers = []
+    try:
+        for trace_id in trace_ids(60):
+            root = span(trace_id, b"\x01" * 8, b"\x02" * 8, payload="x" * 2000)  # its root never arrives
+            answers.append(post(collector.ports.http, export_request([root]))[0])
+            assert collector.processor.buffer.nbytes <= budget
+        evicted = collector.metrics.evicted
+    finally:
+        collector.stop()
+    assert set(answers) == {200, 429} and answers.index(429) == answers.count(200)  # refused once full
+    assert evicted == 0
+    stored = rows(tmp_path / "data", "traces", "SELECT decision_reason FROM t")
+    reasons = [row["decision_reason"] for row in stored]
+    assert len(reasons) == answers.count(200) and "evicted" not in reasons

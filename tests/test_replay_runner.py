@@ -160,15 +160,15 @@ def test_a_failing_reset_hook_stops_the_replay_and_keeps_finished_results(corpus
 
 
 @pytest.mark.parametrize(
-    ("check", "rate", "interval", "status"),
+    ("check", "rate", "interval", "status", "why"),
     [
-        ("passes_on_1_4_7", "intermittent 3/10 (live)", "[0.11, 0.60]", 1),
-        ("always_passes", "always 10/10 (live)", "[0.72, 1.00]", 0),
-        ("never_passes", "never 0/10 (live)", "[0.00, 0.28]", 1),
+        ("passes_on_1_4_7", "intermittent 3/10 (live)", "[0.11, 0.60]", 1, "rerun 2"),
+        ("always_passes", "always 10/10 (live)", "[0.72, 1.00]", 0, None),
+        ("never_passes", "never 0/10 (live)", "[0.00, 0.28]", 1, "2 live crossings"),
     ],
 )
 def test_the_summary_gives_each_trace_a_rate_with_its_denominator_mode_and_interval(
-    corpus, tmp_path, check, rate, interval, status
+    corpus, tmp_path, check, rate, interval, status, why
 ):
     loaded, trace_id = corpus
     out = tmp_path / "results.parquet"
@@ -179,11 +179,32 @@ def test_the_summary_gives_each_trace_a_rate_with_its_denominator_mode_and_inter
 
     assert result.exit_code == status, result.output  # any failed rerun fails the command
     header = "1 trace(s), 10 rerun(s) each, live mode (rate, then its 95% Wilson interval)"
-    assert result.output.splitlines() == [
+    lines = result.output.splitlines()
+    if why is not None:  # the first failed rerun says why (the check's message, pytest adds its own)
+        assert lines.pop(2).startswith(f"    first failure: {why}")
+    assert lines == [
         f"replay of {loaded.path}: {header}",
         f"  {trace_id}  {rate:<28}  {interval}",
         f"results: {out} (10 rows)",
     ]
+
+
+def shop_offline(order: dict) -> dict:
+    """A live rerun whose model endpoint cannot be reached."""
+    raise ConnectionError("Connection error: [Errno 111] Connection refused")
+
+
+def test_a_failed_rerun_says_why_in_the_terminal_not_only_in_the_results_file(corpus):
+    loaded, _ = corpus
+    args = ["replay", str(loaded.path), "--agent", "tests.test_replay_runner:shop_offline", "--mode", "live"]
+    result = CliRunner().invoke(cli, [*args, "-n", "2"])
+    assert result.exit_code == 1, result.output
+    assert "    first failure: ConnectionError: Connection error: [Errno 111] Connection refused" in (
+        result.output.splitlines()
+    )
+    as_json = CliRunner().invoke(cli, [*args, "-n", "1", "--format", "json"])
+    (trace,) = json.loads(as_json.output)["traces"]
+    assert trace["first_failure"].startswith("ConnectionError: Connection error")
 
 
 def test_recorded_replays_that_repeat_exactly_are_bit_stable(corpus):
@@ -387,6 +408,7 @@ TRACE_KEYS = {
     "bit_stable",
     "not_live",
     "first_divergence",
+    "first_failure",
     "unwrapped",
 }
 REPORT_KEYS = {
