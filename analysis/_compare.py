@@ -379,7 +379,10 @@ class Plan:
         The data dir's baseline slice, as a share of the traces seen (None without ``--data``).
     per_category : list of tuple
         ``(category, effective traces per trace seen, traces seen per group)`` under the data dir's
-        policies, from each category's population estimate (its information per trace at its own rate).
+        policies: 1 for a census category (every trace seen is counted, so traffic sets the power), else
+        from the category's population estimate (its information per trace at its own rate).
+    census : tuple of str
+        The data dir's census categories.
     """
 
     rate: float
@@ -388,6 +391,7 @@ class Plan:
     uniform: int
     baseline_share: float | None = None
     per_category: list[tuple[str, float, int | None]] = field(default_factory=list)
+    census: tuple[str, ...] = ()
 
     def labels(self) -> set[str]:
         """A plan has no verdicts."""
@@ -414,7 +418,7 @@ class Plan:
 
     def rows(self) -> list[dict[str, Any]]:
         return [
-            {"category": c, "effective_per_trace": ratio, "traces_per_group": n}
+            {"category": c, "census": c in self.census, "effective_per_trace": ratio, "traces_per_group": n}
             for c, ratio, n in self.per_category
         ]
 
@@ -427,13 +431,16 @@ class Plan:
         if self.baseline_only is not None:
             console.print(
                 f"under this data dir's policies: {self.baseline_only:,} traces seen per group for the "
-                f"baseline slice alone ({self.baseline_share:.1%} of traces); with the policy-kept "
-                "failures counted (the population estimate compare uses), per category:"
+                f"baseline slice alone ({self.baseline_share:.1%} of traces); with every trace counted "
+                "for a census category, and the policy-kept failures counted for the others (the "
+                "estimates compare uses), per category:"
             )
+        if self.per_category:
             for category, ratio, n in self.per_category:
                 needed = f"{n:,}" if n is not None else "-"
+                how = "census: every trace seen counted" if category in self.census else "sampled"
                 console.print(
-                    f"  {category}: {needed} traces seen per group ({ratio:.2f} effective per trace)"
+                    f"  {category}: {needed} traces seen per group ({ratio:.2f} effective per trace, {how})"
                 )
 
 
@@ -456,9 +463,14 @@ def plan(rate: float, delta: float, dataset: Dataset | None = None) -> Plan:
     ).fetchall()
     if not seen:
         raise AnalysisError(f"{dataset.location}: no traces seen; plan without --data")
+    coverage = _census.build(dataset)
     rows = []
     for category in category_rates(dataset):
         weighted = category.weighted
-        ratio = weighted.n_effective / seen if weighted is not None else 0.0
+        if coverage.applies(category.category):
+            ratio = 1.0  # every trace seen is counted: traffic, not the slice, sets the power
+        else:
+            ratio = weighted.n_effective / seen if weighted is not None else 0.0
         rows.append((category.category, ratio, math.ceil(uniform / ratio) if ratio > 0 else None))
-    return Plan(rate, delta, confidence, uniform, members / seen if members else None, rows)
+    share = members / seen if members else None
+    return Plan(rate, delta, confidence, uniform, share, rows, census=coverage.categories)

@@ -14,6 +14,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
+from tailcut.analysis._power import traces_per_group
 from tailcut.analysis.stats import wilson_interval
 from tailcut.cli import cli
 from tests.census_support import Run, draw, feed
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 def _runs() -> list[Run]:
     rng = random.Random(7)
     clean = [Run("v1") for _ in range(60)]
-    failing = draw("v2", 60, {"error": 0.2, "silent_degradation": 0.2}, rng)
+    failing = draw("v2", 60, {"error": 0.2, "silent_degradation": 0.2, "tool_loop": 0.05}, rng)
     return clean + failing
 
 
@@ -82,3 +83,24 @@ def test_a_comparison_that_cannot_be_made_exits_2_with_a_json_error(data, args, 
     error = json.loads(result.stdout.splitlines()[0])
     assert set(error) == {"error"} and message in error["error"]
     assert message in result.stderr
+
+
+def test_sizing_uses_the_census_where_it_applies(data):
+    """Traffic, not the slice, sets the power of a census category: --plan needs the uniform figure of
+    traces seen, and the hint's traces per group is the uniform figure for the observed change."""
+    data_dir, _ = data
+    result = CliRunner().invoke(
+        cli, ["compare", "--plan", "5%", "5%", "--data", str(data_dir), "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    rows = {row["category"]: row for row in plan["categories"]}
+    for category in ("error", "silent_degradation"):
+        assert rows[category]["census"] is True
+        assert rows[category]["traces_per_group"] == plan["traces_per_group"]
+    assert rows["schema_drift"]["census"] is False
+    record = json.loads(compare(data_dir, "v1", "v2", "--format", "json").output)
+    loop = next(row for row in record["categories"] if row["category"] == "tool_loop")
+    assert loop["estimate"] == "census" and loop["verdict"] == "no evidence" and loop["census"]["value"] > 0
+    needed = traces_per_group(0.0, loop["census"]["value"], confidence=loop["confidence"])
+    assert loop["sample_size"]["traces_per_group_needed"] == needed
