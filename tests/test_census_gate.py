@@ -13,10 +13,12 @@ import random
 
 import pytest
 from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from tailcut.analysis._power import traces_per_group
 from tailcut.analysis.stats import wilson_interval
 from tailcut.cli import cli
+from tailcut.ui import Viewer, create_app
 from tests.census_support import Run, draw, feed
 
 pytestmark = pytest.mark.slow
@@ -104,3 +106,31 @@ def test_sizing_uses_the_census_where_it_applies(data):
     assert loop["estimate"] == "census" and loop["verdict"] == "no evidence" and loop["census"]["value"] > 0
     needed = traces_per_group(0.0, loop["census"]["value"], confidence=loop["confidence"])
     assert loop["sample_size"]["traces_per_group_needed"] == needed
+
+
+def test_the_viewer_shows_the_numbers_of_the_cli(data):
+    """/compare: the same verdicts, Holm levels, adjusted p-values and intervals as `tailcut compare`, each
+    interval labelled at the level it is drawn at (never "[95%]" for a Holm-level one), and the hint."""
+    data_dir, _ = data
+    record = json.loads(compare(data_dir, "v1", "v2", "--format", "json").output)
+    viewer = Viewer(data_dir)
+    try:
+        page = TestClient(create_app(viewer)).get(
+            "/compare", params={"by": "harness_revision", "a": "v1", "b": "v2"}
+        )
+    finally:
+        viewer.close()
+    assert page.status_code == 200
+    html = page.text
+    assert "[95%]" not in html and "census categories (every trace seen counted" in html
+    for row in record["categories"]:
+        assert f"{row['confidence'] * 100:.2f}%" in html
+        assert f"p = {row['adjusted_p_value']:.2g}" in html or row["adjusted_p_value"] < 1e-4
+        census = row["census"]
+        if census is not None:
+            low, high = census["low"] * 100, census["high"] * 100
+            assert f"{census['value'] * 100:+.1f} pp [{low:+.1f}, {high:+.1f}]" in html
+            assert f"{census['a']['numerator']:.0f}/{census['a']['denominator']} → " in html
+    loop = next(row for row in record["categories"] if row["category"] == "tool_loop")
+    needed = loop["sample_size"]["traces_per_group_needed"]
+    assert f"about {needed:,} traces per group" in html
