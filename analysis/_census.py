@@ -8,16 +8,16 @@ section 5, "census categories"). Each flag is the ``classify`` rule restated ove
 ======================  ============================================================================
 category                census flag (``Thresholds`` defaults)
 ======================  ============================================================================
-``error``               ``root_failed`` when the row has it (census version ≥ 1), else
-                        ``error_count > 0``: a failed span
+``error``               the root span failed (``root_failed``, census version ≥ 1); in older rows
+                        ``error_count > 0`` (a failed span)
 ``schema_violation``    ``schema_violations > 0``: a tool call's arguments broke the schema sent
 ``tool_loop``           ``max_tool_repeat ≥ loop_min_repeats``, or depth or span count with robust
                         z ≥ ``structure_z`` against the agent's reference (the baseline slice's rows)
 ``cost_blowup``         tokens or LLM calls with z ≥ ``cost_z``, or duration z ≥ ``duration_z``,
                         against the same reference
-``silent_degradation``  no failed span, and outcome ``fail`` or ``outcome_score < score_threshold``,
-                        or (census version ≥ 1) the final answer stopped with a degraded finish reason
-                        or is empty
+``silent_degradation``  a root that did not fail (older rows: no failed span), and outcome ``fail``
+                        or ``outcome_score < score_threshold`` (a final answer cut off or empty is not
+                        in the row: a data dir with such runs takes the sampled path)
 ``schema_drift``        none: it compares a call's arguments with earlier recorded schema versions
                         (payloads of kept spans), so it stays a sampled category
 ======================  ============================================================================
@@ -51,24 +51,20 @@ CENSUS_CATEGORIES: Final = ("error", "schema_violation", "tool_loop", "cost_blow
 #: The scratch table of the flags, one row per trace seen.
 TABLE: Final = "_census"
 #: Columns of census version 1 (written by the collector, ``ingest`` and the embedded exporter).
-VERSION_COLUMNS: Final = ("census_version", "root_failed", "final_finish_reason", "empty_answer")
+VERSION_COLUMNS: Final = ("census_version", "root_failed")
 
 
 def _flags(columns: set[str]) -> dict[str, str]:
-    """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``."""
-    versioned = set(VERSION_COLUMNS) <= columns
+    """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``.
+
+    A row of census version 1 knows whether its root failed, the classifier's ``error`` rule (and the
+    first condition of ``silent_degradation``); an older row knows only its failed spans."""
     v1 = "coalesce(t.census_version, 0) >= 1"
-    failed = (
-        f"CASE WHEN {v1} THEN coalesce(t.root_failed, false) ELSE t.error_count > 0 END"
-        if versioned
-        else "t.error_count > 0"
-    )
-    answer = (
-        f"({v1} AND (coalesce(list_contains($degraded_finish_reasons, t.final_finish_reason), false) "
-        "OR coalesce(t.empty_answer, false)))"
-        if versioned
-        else "false"
-    )
+    if set(VERSION_COLUMNS) <= columns:
+        failed = f"CASE WHEN {v1} THEN coalesce(t.root_failed, false) ELSE t.error_count > 0 END"
+        completed = f"CASE WHEN {v1} THEN NOT coalesce(t.root_failed, false) ELSE t.error_count = 0 END"
+    else:
+        failed, completed = "t.error_count > 0", "t.error_count = 0"
     return {
         "error": failed,
         "schema_violation": "t.schema_violations > 0",
@@ -76,8 +72,8 @@ def _flags(columns: set[str]) -> dict[str, str]:
         "OR z.z_spans >= $structure_z, false))",
         "cost_blowup": "coalesce(z.z_tokens >= $cost_z OR z.z_calls >= $cost_z "
         "OR z.z_duration >= $duration_z, false)",
-        "silent_degradation": f"(t.has_root AND t.error_count = 0 AND (t.outcome = 'fail' "
-        f"OR coalesce(t.outcome_score < $score_threshold, false) OR {answer}))",
+        "silent_degradation": f"(t.has_root AND {completed} AND (t.outcome = 'fail' "
+        "OR coalesce(t.outcome_score < $score_threshold, false)))",
     }
 
 

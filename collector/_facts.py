@@ -222,6 +222,7 @@ def root_facts(span: Any, attributes: Any) -> RootFacts:
     agent = _first(attributes, _AGENT_NAME_KEYS)
     if agent is not None:
         values["agent_name"] = any_value(agent)
+    values["root_failed"] = span.status.code == ERROR_STATUS  # the census's error flag (issue 29)
     return _new(RootFacts, (span.name.decode("utf-8", "replace"), values))
 
 

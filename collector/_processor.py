@@ -73,6 +73,7 @@ from tailcut.collector._sink import KeptSpans, RawSpan, Sink
 from tailcut.collector._votes import TraceView
 from tailcut.collector._wal import WAL_SLOTS, Payload, WalBusy, WalFailure, WriteAheadLog, wal_directory
 from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters.schema import CENSUS_VERSION
 
 _logger = logging.getLogger("tailcut.collector")
 _NO_VALUES: dict[str, Any] = {}
@@ -802,6 +803,8 @@ class Processor:
                 _text(root_values.get("session_id")),  # session_id
                 _text(root_values.get("user_id")),  # user_id
                 _text(root_values.get("conversation_id")),  # conversation_id
+                CENSUS_VERSION,  # census_version
+                root_values.get("root_failed") is True if root is not None else None,  # root_failed
             ),
         )
         self._record(decided_record(trace.trace_id, len(trace.datas), row))

@@ -56,6 +56,8 @@ class TraceRow(NamedTuple):
     session_id: str | None = None
     user_id: str | None = None
     conversation_id: str | None = None
+    census_version: int = 0
+    root_failed: bool | None = None
 
 
 def traces_table(rows: Sequence[TraceRow]) -> pa.Table:

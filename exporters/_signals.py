@@ -32,7 +32,7 @@ from tailcut.exporters.conventions.mapping import (
     synthetic_boundary,
 )
 from tailcut.exporters.conventions.messages import tool_request_sha256
-from tailcut.exporters.schema import DECISION_REASONS
+from tailcut.exporters.schema import CENSUS_VERSION, DECISION_REASONS
 from tailcut.signals import SpanSignals, is_nested_call, trace_signals
 
 _STATUS_ERROR: Final = 2  # OTLP Status.code
@@ -145,6 +145,8 @@ class TraceSignals:
     session_id: str | None = None
     user_id: str | None = None
     conversation_id: str | None = None
+    #: Whether the root span failed (None without a root): the census's ``error`` flag (issue 29).
+    root_failed: bool | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -220,6 +222,7 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
         session_id=root.session_id if root else None,
         user_id=root.user_id if root else None,
         conversation_id=root.conversation_id if root else None,
+        root_failed=root.failed if root else None,
     )
 
 
@@ -331,6 +334,8 @@ def traces_row(
         "session_id": signals.session_id,
         "user_id": signals.user_id,
         "conversation_id": signals.conversation_id,
+        "census_version": CENSUS_VERSION,
+        "root_failed": signals.root_failed,
     }
 
 

@@ -33,6 +33,8 @@ import pyarrow as pa
 
 #: Bumped when a column is added or changes meaning; written into every file's metadata.
 SCHEMA_VERSION: Final = "2"
+#: The census columns a ``traces`` row carries (``census_version``): 1 adds ``root_failed``.
+CENSUS_VERSION: Final = 1
 #: Key of the schema version in Parquet key-value metadata.
 SCHEMA_VERSION_KEY: Final = b"tailcut.schema_version"
 #: Key naming which table a file belongs to.
@@ -164,6 +166,10 @@ TRACES: Final = pa.schema(
         _f("session_id", pa.string()),  # the root span's session.id
         _f("user_id", pa.string()),  # the root span's user.id
         _f("conversation_id", pa.string()),  # the root span's gen_ai.conversation.id
+        # census flags' inputs (issue 29, tailcut.analysis._census): which rows carry them, and whether
+        # the run's root span failed (null without a root); null in files written before them
+        _f("census_version", pa.int32()),
+        _f("root_failed", pa.bool_()),
     ],
     metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )

@@ -142,6 +142,7 @@ def feed(
     grace) and writes every trace's row and the kept traces' spans.
     """
     rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
     config = write_config(directory, policies=policies(baseline_percent))
     data = directory / "data"
     with CollectorProcess(data, directory / "collect.log", config=config) as collector:

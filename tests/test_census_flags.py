@@ -6,10 +6,10 @@ blow-up, slow runs) go through ``tailcut collect`` with an errors policy and a 5
 reference for the z-scores is the slice and some traces are dropped; the flags are then read from the
 ``_census`` table of :mod:`tailcut.analysis._census` and compared with the findings.
 
-Not generated: schema violations (a violation the SDK counted needs the payloads it counted it from), and
-failed tool calls the run survived (the classifier's ``error`` rule looks at the root alone today, the
-row's census v0 flag at any failed span: they differ there, and the census then leaves ``error`` out of
-the census categories, which :func:`test_a_failure_the_run_survived_takes_error_off_the_census` checks).
+Not generated: schema violations (a violation the SDK counted needs the payloads it counted it from).
+A data dir written before the census columns (census version 0) flags ``error`` by any failed span, which
+differs from the classifier's rule where a run survived a failed tool call: the census then leaves
+``error`` out (:func:`test_rows_without_the_census_columns_take_error_off_the_census`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,6 +38,7 @@ shapes = st.builds(
     score=st.one_of(st.none(), st.floats(0, 1)),
     llm_tokens=st.lists(st.sampled_from([40, 40, 41, 5000]), min_size=1, max_size=3).map(tuple),
     tools=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 2)), max_size=6).map(tuple),
+    failed_tool=st.one_of(st.none(), st.integers(0, 5)),
     slow=st.booleans(),
 )
 
@@ -74,8 +76,14 @@ def test_for_kept_traces_the_census_flags_are_the_findings(tmp_path_factory, gen
     assert covered == set(_census.CENSUS_CATEGORIES)
 
 
-def test_a_failure_the_run_survived_takes_error_off_the_census(tmp_path):
+def test_rows_without_the_census_columns_take_error_off_the_census(tmp_path):
     survived = [Shape("h", tools=((1, 1), (1, 2)), failed_tool=0) for _ in range(5)]
-    rows, covered = flags_and_findings(tmp_path, survived)
-    assert len(rows) >= 5  # the errors policy kept every one of them
-    assert "error" not in covered and "tool_loop" in covered
+    rows, covered = flags_and_findings(tmp_path / "new", survived)
+    assert len(rows) >= 5 and "error" in covered  # census version 1: the root's status decides
+    data = tmp_path / "new" / "data"
+    for path in (data / "traces").glob("dt=*/*.parquet"):  # as a collector before issue 29 wrote them
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns(list(_census.VERSION_COLUMNS)), path)
+    coverage = _census.build(Dataset(data))
+    assert coverage.version == 0 and "error" not in coverage.categories
+    assert "5 of" in coverage.reasons["error"] and "tool_loop" in coverage.categories

@@ -217,6 +217,7 @@ def test_root_facts_carry_the_run():
         "outcome_score": 0.25,
         "harness_revision": "h7",
         "agent_name": "support",
+        "root_failed": False,  # the census's error flag (issue 29)
     }
 
 
