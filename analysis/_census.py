@@ -54,6 +54,16 @@ TABLE: Final = "_census"
 VERSION_COLUMNS: Final = ("census_version", "root_failed")
 
 
+#: The robust z-scores of a row ``t`` against its agent's reference ``r`` (the classifier's, :mod:`._rules`).
+_SCORES: Final = {
+    "depth": _rules._z("t.max_depth", "depth"),
+    "spans": _rules._z("t.span_count", "spans"),
+    "tokens": _rules._z("t.input_tokens + t.output_tokens", "tokens"),
+    "calls": _rules._z("t.llm_calls", "calls"),
+    "duration": _rules._z("t.duration_ms", "duration"),
+}
+
+
 def _flags(columns: set[str]) -> dict[str, str]:
     """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``.
 
@@ -68,21 +78,22 @@ def _flags(columns: set[str]) -> dict[str, str]:
     return {
         "error": failed,
         "schema_violation": "t.schema_violations > 0",
-        "tool_loop": "(t.max_tool_repeat >= $loop_min_repeats OR coalesce(z.z_depth >= $structure_z "
-        "OR z.z_spans >= $structure_z, false))",
-        "cost_blowup": "coalesce(z.z_tokens >= $cost_z OR z.z_calls >= $cost_z "
-        "OR z.z_duration >= $duration_z, false)",
+        "tool_loop": f"(t.max_tool_repeat >= $loop_min_repeats OR coalesce({_SCORES['depth']} >= "
+        f"$structure_z OR {_SCORES['spans']} >= $structure_z, false))",
+        "cost_blowup": f"coalesce({_SCORES['tokens']} >= $cost_z OR {_SCORES['calls']} >= $cost_z "
+        f"OR {_SCORES['duration']} >= $duration_z, false)",
         "silent_degradation": f"(t.has_root AND {completed} AND (t.outcome = 'fail' "
         "OR coalesce(t.outcome_score < $score_threshold, false)))",
     }
 
 
 def _census_sql(columns: set[str]) -> str:
+    """The ``_census`` table: every ``traces`` row with its flags (one pass over the rows, the reference
+    joined by agent), so a group's census reads it alone."""
     flags = _flags(columns)
     selected = ", ".join(f"coalesce({sql}, false) AS flag_{c}" for c, sql in flags.items())
     spread = _rules._spread
     spread_columns = _rules._spread_columns
-    z = _rules._z
     return f"""
 CREATE OR REPLACE TEMP TABLE {TABLE} AS
 WITH {_rules._REFERENCE_SAMPLE},
@@ -96,18 +107,9 @@ reference AS (
     SELECT a.agent, {spread_columns("tokens")}, {spread_columns("calls")}, {spread_columns("duration")},
            {spread_columns("depth")}, {spread_columns("spans")}
     FROM spreads s JOIN agents a USING (agent_no)
-),
-scored AS (
-    SELECT t.trace_id, {z("t.max_depth", "depth")} AS z_depth, {z("t.span_count", "spans")} AS z_spans,
-           {z("t.tokens", "tokens")} AS z_tokens, {z("t.llm_calls", "calls")} AS z_calls,
-           {z("t.duration_ms", "duration")} AS z_duration
-    FROM traces_by_agent t JOIN reference r USING (agent)
-),
-rows AS (
-    SELECT * FROM traces QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY kept DESC) = 1
 )
-SELECT t.trace_id, t.kept, {selected}
-FROM rows t LEFT JOIN (SELECT DISTINCT ON (trace_id) * FROM scored) z USING (trace_id)
+SELECT t.*, {selected}
+FROM traces t LEFT JOIN reference r ON r.agent = {_rules.agent_key("t")}
 """
 
 
@@ -146,7 +148,7 @@ def build(dataset: Dataset, thresholds: Thresholds | None = None) -> CensusCover
     connection.execute(query, _rules.named_parameters(query, limits.parameters()))
     version = 0
     if set(VERSION_COLUMNS) <= columns:
-        [(found,)] = connection.execute("SELECT coalesce(min(census_version), 0) FROM traces").fetchall()
+        [(found,)] = connection.execute(f"SELECT coalesce(min(census_version), 0) FROM {TABLE}").fetchall()
         version = int(found)
     disagreements = ", ".join(
         f"count(*) FILTER (WHERE c.flag_{c} <> coalesce(list_contains(f.found, '{c}'), false))"
@@ -185,12 +187,15 @@ class CensusCounts:
         traces, a uniform sample of the traffic.
     note : str or None
         Why the group has no census (several head probabilities), else None.
+    heads : tuple of (float, int)
+        The traces seen at each head probability.
     """
 
     seen: int
     hits: Mapping[str, int]
     head_probability: float = 1.0
     note: str | None = None
+    heads: tuple[tuple[float, int], ...] = ()
 
 
 def group_census(dataset: Dataset, where: str, params: Sequence[Any]) -> CensusCounts:
@@ -200,21 +205,23 @@ def group_census(dataset: Dataset, where: str, params: Sequence[Any]) -> CensusC
     rows = dataset.connection.execute(
         f"""
         SELECT h, count(*), {sums} FROM (
-            SELECT t.trace_id, any_value(coalesce(t.head_probability, 1.0)) AS h, {flags}
-            FROM traces t JOIN {TABLE} c USING (trace_id) WHERE ({where}) GROUP BY t.trace_id
+            SELECT c.trace_id, any_value(coalesce(c.head_probability, 1.0)) AS h, {flags}
+            FROM {TABLE} c WHERE ({where}) GROUP BY c.trace_id
         ) GROUP BY h ORDER BY h
         """,
         list(params),
     ).fetchall()
     if not rows:
         return CensusCounts(0, dict.fromkeys(CENSUS_CATEGORIES, 0))
+    heads = tuple((float(row[0]), int(row[1])) for row in rows)
     if len(rows) > 1:
-        seen = sum(row[1] for row in rows)
-        heads = ", ".join(f"{row[0]:g}" for row in rows)
+        listed = ", ".join(f"{head:g}" for head, _ in heads)
         return CensusCounts(
-            seen,
+            sum(n for _, n in heads),
             dict.fromkeys(CENSUS_CATEGORIES, 0),
-            note=f"its traces were head-sampled at different probabilities ({heads})",
+            note=f"its traces were head-sampled at different probabilities ({listed})",
+            heads=heads,
         )
     head, seen, *hits = rows[0]
-    return CensusCounts(int(seen), dict(zip(CENSUS_CATEGORIES, map(int, hits), strict=True)), float(head))
+    counted = dict(zip(CENSUS_CATEGORIES, map(int, hits), strict=True))
+    return CensusCounts(int(seen), counted, float(head), heads=heads)

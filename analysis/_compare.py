@@ -300,20 +300,20 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
     if column not in columns:
         raise AnalysisError(f"traces has no column {column!r}; choose one of: {', '.join(columns)}")
     predicate = f'CAST("{column}" AS VARCHAR) = ?'
+    coverage = _census.build(dataset)
+    counts = []
     for value in (first, second):
-        [(seen,)] = dataset.connection.execute(
-            f"SELECT count(*) FROM traces WHERE {predicate}", [value]
-        ).fetchall()
-        if not seen:
+        census = _census.group_census(dataset, predicate, [value])
+        if not census.seen:
             present = dataset.sql_arrow(f'SELECT DISTINCT CAST("{column}" AS VARCHAR) AS v FROM traces')
             raise AnalysisError(
                 f"no trace has {column} = {value!r}; values present: "
                 f"{', '.join(labels_of(present.column('v').to_pylist())) or 'none'}"
             )
-    coverage = _census.build(dataset)
+        counts.append(census)
     groups = (
-        group_sample(dataset, predicate, [first], coverage=coverage),
-        group_sample(dataset, predicate, [second], coverage=coverage),
+        group_sample(dataset, predicate, [first], coverage=coverage, census=counts[0]),
+        group_sample(dataset, predicate, [second], coverage=coverage, census=counts[1]),
     )
     return _compare(f"{column}: {first} → {second}", (first, second), groups, coverage)
 
@@ -340,16 +340,16 @@ def compare_windows(
         bounds.append((start, end))
     predicate = "start_time >= ? AND start_time < ?"
     labels = tuple(f"{s:%Y-%m-%d %H:%M}..{e:%Y-%m-%d %H:%M}" for s, e in bounds)
-    for label, window in zip(labels, bounds, strict=True):
-        [(seen,)] = dataset.connection.execute(
-            f"SELECT count(*) FROM traces WHERE {predicate}", list(window)
-        ).fetchall()
-        if not seen:
-            raise AnalysisError(f"no trace started in window {label}; choose a window with traffic")
     coverage = _census.build(dataset)
+    counts = []
+    for label, window in zip(labels, bounds, strict=True):
+        census = _census.group_census(dataset, predicate, window)
+        if not census.seen:
+            raise AnalysisError(f"no trace started in window {label}; choose a window with traffic")
+        counts.append(census)
     groups = (
-        group_sample(dataset, predicate, bounds[0], coverage=coverage),
-        group_sample(dataset, predicate, bounds[1], coverage=coverage),
+        group_sample(dataset, predicate, bounds[0], coverage=coverage, census=counts[0]),
+        group_sample(dataset, predicate, bounds[1], coverage=coverage, census=counts[1]),
     )
     return _compare(f"window {labels[0]} → {labels[1]}", (labels[0], labels[1]), groups, coverage)
 

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
+
 from tailcut.analysis import stats
 from tailcut.analysis._census import CensusCounts, CensusCoverage, group_census
 from tailcut.analysis._classify import CATEGORIES
@@ -87,7 +89,7 @@ class GroupSample:
         """Whether the kept traces stand for every trace seen: nothing was dropped, or some kept trace
         was kept by a probability below 1 (the baseline slice) and so stands for the dropped ones."""
         return bool(self.size) and (
-            self.size >= self.population or any(p < 1 for p in self.inclusion_probability)
+            self.size >= self.population or bool((np.asarray(self.inclusion_probability) < 1).any())
         )
 
     def census_count(self, category: str) -> CensusCount | None:
@@ -101,12 +103,13 @@ class GroupSample:
 
     def counts(self, category: str) -> GroupCounts:
         """One category's baseline-slice and tail-kept counts and population sample (a verdict's inputs)."""
-        hits = self.hits[category]
+        hits = np.asarray(self.hits[category], dtype=bool)
+        baseline, tail = np.asarray(self.baseline, dtype=bool), np.asarray(self.tail, dtype=bool)
         return GroupCounts(
-            baseline_hits=sum(h for h, b in zip(hits, self.baseline, strict=True) if b),
-            baseline_n=sum(self.baseline),
-            tail_hits=sum(h for h, t in zip(hits, self.tail, strict=True) if t),
-            tail_n=sum(self.tail),
+            baseline_hits=int(np.count_nonzero(hits & baseline)),
+            baseline_n=int(np.count_nonzero(baseline)),
+            tail_hits=int(np.count_nonzero(hits & tail)),
+            tail_n=int(np.count_nonzero(tail)),
             population=PopulationSample(hits, self.inclusion_probability, self.population)
             if self.represented
             else None,
@@ -124,7 +127,7 @@ class GroupSample:
             if counts.baseline_n
             else None
         )
-        return CategoryRate(category, sum(hits), weighted, baseline)
+        return CategoryRate(category, int(np.count_nonzero(hits)), weighted, baseline)
 
 
 def group_sample(
@@ -133,6 +136,7 @@ def group_sample(
     params: Sequence[object] = (),
     *,
     coverage: CensusCoverage | None = None,
+    census: CensusCounts | None = None,
 ) -> GroupSample:
     """The kept traces matching ``where`` (SQL over ``traces``) with their categories; classifies if needed.
 
@@ -147,6 +151,8 @@ def group_sample(
     coverage : CensusCoverage, optional
         The census categories (:func:`._census.build`, which fills the flags): then the group's census
         counts come along.
+    census : CensusCounts, optional
+        The group's census counts when the caller has them already (:func:`._census.group_census`).
     """
     dataset.ensure_findings()
     table = dataset.sql_arrow(
@@ -161,24 +167,30 @@ def group_sample(
         params=list(params),
     )
     categories = table.column("categories").to_pylist()
-    seen, weighted, heads = dataset.sql(
-        "SELECT count(*), sum(1 / h), count(DISTINCT h) FROM (SELECT "
-        f"any_value(coalesce(head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
-        params=list(params),
-    ).row(0)
-    pi = table.column("inclusion_probability").to_pylist()
-    head = table.column("head").to_pylist()
+    if census is None and coverage is not None:
+        census = group_census(dataset, where, params)
+    if census is not None:  # it counted the traces seen at each head probability
+        seen, heads = census.seen, len(census.heads)
+        weighted = sum(n / h for h, n in census.heads)
+    else:
+        seen, weighted, heads = dataset.sql(
+            "SELECT count(*), sum(1 / h), count(DISTINCT h) FROM (SELECT any_value(coalesce("
+            f"head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
+            params=list(params),
+        ).row(0)
+    pi = table.column("inclusion_probability").to_numpy(zero_copy_only=False).astype(np.float64)
+    head = table.column("head").to_numpy(zero_copy_only=False).astype(np.float64)
     if heads <= 1:  # one head probability: the traces seen are a uniform sample; the tail stage's pi
-        probabilities, population = [p / h for p, h in zip(pi, head, strict=True)], seen
+        probabilities, population = pi / head, seen
     else:
         probabilities, population = pi, max(round(weighted), len(pi))
     return GroupSample(
         population=population,
         inclusion_probability=probabilities,
-        baseline=table.column("baseline").to_pylist(),
-        tail=table.column("tail").to_pylist(),
-        hits={c: [c in found for found in categories] for c in CATEGORIES},
-        census=group_census(dataset, where, params) if coverage is not None else None,
+        baseline=table.column("baseline").to_numpy(zero_copy_only=False).astype(bool),
+        tail=table.column("tail").to_numpy(zero_copy_only=False).astype(bool),
+        hits={c: np.array([c in found for found in categories], dtype=bool) for c in CATEGORIES},
+        census=census,
         coverage=coverage,
     )
 
