@@ -133,13 +133,19 @@ def spans_of(run: Run | Shape, trace_id: bytes, start_ns: int, rng: random.Rando
 
 
 def feed(
-    directory: Path, runs: Sequence[Run | Shape], *, baseline_percent: float = 10.0, seed: int = 0
+    directory: Path,
+    runs: Sequence[Run | Shape],
+    *,
+    baseline_percent: float = 10.0,
+    seed: int = 0,
+    tracestate: str = "",
 ) -> Path:
     """Send ``runs`` to ``tailcut collect`` (a child process, over loopback HTTP), wait until it decided
     every trace, stop it (SIGTERM: flush) and return the data dir.
 
     Requests carry 200 traces each; the collector decides each trace when its root arrives (plus its
-    grace) and writes every trace's row and the kept traces' spans.
+    grace) and writes every trace's row and the kept traces' spans. ``tracestate`` goes on every span
+    (``ot=th:8``: a head sampler upstream passed half the traffic on).
     """
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -152,6 +158,9 @@ def feed(
             for index, run in batch:
                 start = EPOCH_NS + index * 2_000_000_000
                 spans.extend(spans_of(run, rng.randbytes(16), start, rng))
+            if tracestate:
+                for each in spans:
+                    each.trace_state = tracestate
             status, _, body = post(port, export_request(spans, service="support-agent"))
             assert status == 200, body
         collector.wait_decided(len(runs), timeout=600)

@@ -134,3 +134,21 @@ def test_the_viewer_shows_the_numbers_of_the_cli(data):
     loop = next(row for row in record["categories"] if row["category"] == "tool_loop")
     needed = loop["sample_size"]["traces_per_group_needed"]
     assert f"about {needed:,} traces per group" in html
+
+
+def test_with_head_sampling_upstream_the_census_is_of_the_head_sampled_traces(tmp_path):
+    """ot=th:8: the head sampler passed half the traffic on; the census counts the traces seen (a uniform
+    sample of the traffic, so the rates are the traffic's) and the output says so."""
+    data_dir = feed(tmp_path, _runs(), baseline_percent=10.0, tracestate="ot=th:8")
+    result = compare(data_dir, "v1", "v2", "--format", "json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["census"]["head_probability"] == {"a": 0.5, "b": 0.5}
+    error = next(row for row in record["categories"] if row["category"] == "error")
+    assert error["estimate"] == "census" and error["census"]["a"]["denominator"] == 60
+    table = CliRunner().invoke(
+        cli,
+        ["compare", "--data", str(data_dir), "--by", "harness_revision", "v1", "v2"],
+        env={"COLUMNS": "400"},
+    )
+    assert "census is of the head-sampled traces (head probability 0.5 in v1, 0.5 in v2)" in table.output
