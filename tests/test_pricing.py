@@ -292,7 +292,7 @@ def test_compare_by_session_id(sessions):
     assert (record["a"]["label"], record["b"]["label"]) == ("sess-A", "sess-B")
     assert record["a"]["traces"] > 0 and record["b"]["traces"] > 0
     wrong = CliRunner().invoke(cli, [*args, "sess-A", "sess-Z"])
-    assert wrong.exit_code == 1 and "values present: sess-A, sess-B" in wrong.output
+    assert wrong.exit_code == 2 and "values present: sess-A, sess-B" in wrong.output  # issue 29
 
 
 # --- files written before the columns existed ----------------------------------------------------------
