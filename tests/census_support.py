@@ -12,7 +12,9 @@ so that the collector's ``traces`` row and ``classify``'s findings both see it:
 
 from __future__ import annotations
 
+import http.client
 import random
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tailcut.demo._collector_process import CollectorProcess
-from tests.test_collector_helpers import export_request, post, span, write_config
+from tests.test_collector_helpers import export_request, span, write_config
 
 #: A day in 2026, the traces' clock (they are decided by arrival, not by their timestamps).
 EPOCH_NS = 1_795_000_000_000_000_000
@@ -161,10 +163,30 @@ def feed(
             if tracestate:
                 for each in spans:
                     each.trace_state = tracestate
-            status, _, body = post(port, export_request(spans, service="support-agent"))
-            assert status == 200, body
+            _send(port, export_request(spans, service="support-agent"))
         collector.wait_decided(len(runs), timeout=600)
     return data
+
+
+def _send(port: int, body: bytes, deadline_s: float = 600.0) -> None:
+    """POST one request until the collector accepts it: a 429 or 503 (backpressure, a write retried) is
+    sent again after its Retry-After, as an OTLP exporter does; the deadline bounds the whole."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=deadline_s)
+        try:
+            connection.request(
+                "POST", "/v1/traces", body=body, headers={"Content-Type": "application/x-protobuf"}
+            )
+            response = connection.getresponse()
+            status, answer = response.status, response.read()
+            retry = float(response.getheader("Retry-After") or 1)
+        finally:
+            connection.close()
+        if status == 200:
+            return
+        assert status in (429, 503) and time.monotonic() < deadline, (status, answer)
+        time.sleep(min(retry, 5.0))
 
 
 def _batches(runs: Sequence[Run | Shape], size: int) -> Iterator[list[tuple[int, Run | Shape]]]:
