@@ -81,33 +81,34 @@ def spans_of(run: Run | Shape, trace_id: bytes, start_ns: int, rng: random.Rando
     shape = run.shape() if isinstance(run, Run) else run
     root_id = trace_id[:8]
     duration_ms = 1700 if shape.slow else rng.randint(950, 1050)
-    spans = []
-    for i, tokens in enumerate(shape.llm_tokens):
-        spans.append(
-            span(
-                trace_id,
-                bytes([0x80 + i]) + root_id[1:],
-                root_id,
-                name="chat",
-                start_ns=start_ns + (1 + 10 * i) * 1_000_000,
-                duration_ns=5_000_000,
-                tailcut__kind="llm",
-                tailcut__boundary="llm:openai.chat",
-                gen_ai__usage__input_tokens=120,
-                gen_ai__usage__output_tokens=tokens,
-            )
+
+    def child(number: int, name: str, offset_ms: int, **attributes: Any) -> Span:
+        """A 5 ms child of the root, ``offset_ms`` after it starts."""
+        start = start_ns + offset_ms * 1_000_000
+        span_id = bytes([number]) + root_id[1:]
+        duration = 5_000_000
+        return span(trace_id, span_id, root_id, name=name, start_ns=start, duration_ns=duration, **attributes)
+
+    spans = [
+        child(
+            0x80 + i,
+            "chat",
+            1 + 10 * i,
+            tailcut__kind="llm",
+            tailcut__boundary="llm:openai.chat",
+            gen_ai__usage__input_tokens=120,
+            gen_ai__usage__output_tokens=tokens,
         )
+        for i, tokens in enumerate(shape.llm_tokens)
+    ]
     for i, (arguments, attempt) in enumerate(shape.tools):
         retry = {"tailcut__attempt": attempt} if attempt > 1 else {}
         spans.append(
-            span(
-                trace_id,
-                bytes([2 + i]) + root_id[1:],
-                root_id,
-                name="execute_tool search",
+            child(
+                2 + i,
+                "execute_tool search",
+                300 + 10 * i,
                 error=shape.failed_tool == i,
-                start_ns=start_ns + (300 + 10 * i) * 1_000_000,
-                duration_ns=5_000_000,
                 tailcut__kind="tool",
                 tailcut__boundary="tool:search",
                 gen_ai__tool__name="search",

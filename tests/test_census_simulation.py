@@ -10,7 +10,7 @@ scenarios:
 * **a rise**: silent degradation 8% → 16% (the collector's policies keep none of these but the slice's)
   is a ``regression`` in ≥ 95% of replicates;
 * **confined to the tail**: the failed outcomes of B are all slow (the latency policy keeps them) and A's
-  fast, at the same 8%: never a ``regression``.
+  fast, at the same 8%: no more ``regression`` than the family-wise 5% allows (nothing changed).
 
 And the census is exact: each group's census count equals what was planted, and the 95% Wilson intervals
 of the census rates cover the process's rates in 93–97% of groups (pooled over the categories planted).
@@ -129,7 +129,9 @@ def check(outcome: Outcome) -> None:
     allowed = int(scipy_stats.binom.ppf(0.99, n, 0.05)) if n < 100 else int(0.05 * n)
     assert outcome.false_alarms <= allowed, outcome
     assert outcome.rises_found >= 0.95 * n, outcome
-    assert outcome.confined_regressions == 0, outcome
+    # no category changes in this scenario, so a regression there is a false alarm of the family (held at
+    # 5% by Holm), not the tail's doing: the same bound (200 replicates gave 2, the no-change scenario 3)
+    assert outcome.confined_regressions <= allowed, outcome
     low, high = _coverage_band(outcome.intervals)
     assert low <= outcome.covered / outcome.intervals <= high, outcome
 
