@@ -1,7 +1,9 @@
 """Regression comparison: failure rates of two groups of traces, each verdict with its intervals.
 
 Two groups of one data dir (two values of a ``traces`` column, such as two harness revisions, or two time
-windows) are compared per failure category with :func:`tailcut.analysis._verdict.compare_groups`: the
+windows) are compared per failure category with :func:`tailcut.analysis._verdict.compare_groups`. For a
+*census category* (one its ``traces`` rows decide for every trace seen, kept or dropped: :mod:`._census`)
+the verdict rests on the exact counts over every trace seen; for the others on the
 population rates (policy-kept failures counted against every trace seen, the rest estimated from the
 uniform baseline slice; 1/π-weighted, Horvitz–Thompson with N known) decide ``regression`` and
 ``improvement``, with Holm's adjustment across the six categories so the family-wise false-alarm rate is
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tailcut.analysis import stats
+from tailcut.analysis import _census, stats
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import AnalysisError, maps_errors
 from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
@@ -52,6 +54,8 @@ class CategoryComparison:
             "p_value": verdict.p_value,
             "adjusted_p_value": verdict.adjusted_p_value,
             "confidence": verdict.confidence,
+            "estimate": verdict.estimate,
+            "census": difference_record(verdict.census),
             "population": difference_record(verdict.population),
             "baseline": difference_record(verdict.baseline),
             "tail": difference_record(verdict.tail),
@@ -87,6 +91,45 @@ class Comparison:
     categories: list[CategoryComparison]
     #: one minus the family-wise error rate the verdicts hold
     confidence: float = stats.DEFAULT_CONFIDENCE
+    #: the census categories of the data dir, and why the others are not
+    coverage: _census.CensusCoverage | None = None
+    #: each group's head-sampling probability upstream (1: none) and why a group has no census, if so
+    heads: tuple[float, float] = (1.0, 1.0)
+    census_notes: tuple[str | None, str | None] = (None, None)
+
+    def census_record(self) -> dict[str, Any]:
+        """Which categories were counted over every trace seen, and why the others were not."""
+        coverage = self.coverage
+        notes = {
+            label: note
+            for label, note in zip((self.first_label, self.second_label), self.census_notes, strict=True)
+            if note is not None
+        }
+        return {
+            "categories": list(coverage.categories) if coverage else [],
+            "not_census": dict(coverage.reasons) if coverage else {},
+            "version": coverage.version if coverage else 0,
+            "head_probability": {"a": self.heads[0], "b": self.heads[1]},
+            "groups_without_census": notes,
+        }
+
+    def census_sentence(self) -> str:
+        """The census in words: which categories, of which traces."""
+        record = self.census_record()
+        if not record["categories"] or self.census_notes != (None, None):
+            why = "; ".join(f"{k}: {v}" for k, v in record["groups_without_census"].items())
+            return f"no census categories{f' ({why})' if why else ''}: every verdict is sampled."
+        heads = ""
+        if self.heads != (1.0, 1.0):
+            heads = (
+                f" The census is of the head-sampled traces (head probability {self.heads[0]:g} in "
+                f"{self.first_label}, {self.heads[1]:g} in {self.second_label}): a uniform sample of the "
+                "traffic, so the rates are the traffic's."
+            )
+        return (
+            f"census categories (every trace seen counted, kept or dropped): "
+            f"{', '.join(record['categories'])}.{heads}"
+        )
 
     def labels(self) -> set[str]:
         """The verdict labels that occur (``tailcut compare --fail-on`` checks these)."""
@@ -104,6 +147,7 @@ class Comparison:
                 "error_rate": round(1 - self.confidence, 12),
                 "tests": len(self.categories),
             },
+            "census": self.census_record(),
             "categories": [row.to_record() for row in self.categories],
         }
 
@@ -121,6 +165,7 @@ class Comparison:
         table.add_column("verdict")
         table.add_column("verdict level\n(Holm)", justify="right")
         table.add_column("detectable\n(80% power)", justify="right")
+        table.add_column(f"census (every trace seen)\n{b} − {a}\n(hits/traces {a} → {b})")
         table.add_column(f"population (1/π weighted)\n{b} − {a}\n(rate {a} → {b})")
         table.add_column(f"baseline slice\n{b} − {a}\n(hits/traces {a} → {b})")
         table.add_column(f"tail-kept\n{b} − {a}\n(hits/traces {a} → {b})")
@@ -129,22 +174,26 @@ class Comparison:
             verdict = row.verdict
             table.add_row(
                 row.category,
-                f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]",
+                f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]\non {verdict.estimate or '-'}",
                 f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}",
                 _detectable(row.guidance),
-                _difference_cell(verdict.population, rates=True) if verdict.population else "-",
+                _difference_cell(verdict.census),
+                _difference_cell(verdict.population, rates=True),
                 _difference_cell(verdict.baseline),
                 _difference_cell(verdict.tail),
             )
         console.print(table)
         console.print(
-            f"kept traces: {a} {self.first_traces}, {b} {self.second_traces}. Verdicts rest on the "
-            "population estimate (policy-kept failures counted against every trace seen, the rest "
-            "from the uniform baseline slice); a change seen only among tail-kept traces is "
-            f"'confined to tail sample'. Family-wise error rate {1 - self.confidence:.0%} over "
-            f"{len(self.categories)} categories (Holm): each row's intervals are at its Holm level, "
-            "p is Holm-adjusted. 'detectable' is the smallest rise the population test detects 80% "
-            "of the time at the sizes in hand."
+            f"traces seen: {a} {self.first_seen:,}, {b} {self.second_seen:,}; kept: {a} "
+            f"{self.first_traces:,}, {b} {self.second_traces:,}. {self.census_sentence()} Verdicts rest "
+            "on the census where a category has one (an exact count; the interval and test are about the "
+            "process producing traces), else on the population estimate (policy-kept failures counted "
+            "against every trace seen, the rest from the uniform baseline slice); a change seen only "
+            f"among tail-kept traces is 'confined to tail sample'. Family-wise error rate "
+            f"{1 - self.confidence:.0%} over {len(self.categories)} categories (Holm): each row's census, "
+            "population and baseline intervals are at its Holm level (the tail-kept one at "
+            f"{self.confidence:.0%}), p is Holm-adjusted. 'detectable' is the smallest rise the verdict's "
+            "test detects 80% of the time at the sizes in hand."
         )
         for row in self.categories:
             hint = row.guidance.hint()
@@ -152,8 +201,10 @@ class Comparison:
                 console.print(f"{row.category}: {row.verdict.label}; {hint}")
 
 
-def _difference_cell(difference: stats.Difference, *, rates: bool = False) -> str:
+def _difference_cell(difference: stats.Difference | None, *, rates: bool = False) -> str:
     """``+4.0 pp [+0.3, +7.8]`` over ``12/500 → 40/500`` or ``2.4% → 8.0%`` (B − A; ``first`` is B)."""
+    if difference is None:
+        return "-"
     before, after = difference.second, difference.first
     if rates:
         below = f"{before.value:.1%} → {after.value:.1%}"
@@ -174,20 +225,14 @@ def _p(value: float | None) -> str:
 
 
 def _compare(
-    description: str, labels: tuple[str, str], groups: tuple[GroupSample, GroupSample]
+    description: str,
+    labels: tuple[str, str],
+    groups: tuple[GroupSample, GroupSample],
+    coverage: _census.CensusCoverage | None = None,
 ) -> Comparison:
+    """Every category's verdict. A group without kept traces, failures or a baseline slice is compared
+    all the same: its samples that are empty give no interval, and a verdict rests on those that remain."""
     first, second = groups
-    for label, group in zip(labels, groups, strict=True):
-        if not group.size:
-            raise AnalysisError(f"group {label!r} has no kept traces; nothing to compare")
-        counts = group.counts(CATEGORIES[0])
-        if not counts.baseline_n:
-            raise AnalysisError(
-                f"group {label!r} has no baseline-slice traces: a verdict needs the uniform slice "
-                "(traces kept by the probabilistic policy of `tailcut collect`)"
-            )
-        if not counts.tail_n:
-            raise AnalysisError(f"group {label!r} has no tail-kept traces; nothing to compare them with")
     verdicts = compare_groups(
         {c: first.counts(c) for c in CATEGORIES}, {c: second.counts(c) for c in CATEGORIES}
     )
@@ -196,12 +241,27 @@ def _compare(
         CategoryComparison(c, verdicts[c], first.rate(c), second.rate(c), _guidance(verdicts[c], seen))
         for c in CATEGORIES
     ]
-    return Comparison(description, labels[0], labels[1], first.size, second.size, *seen, rows)
+    heads = tuple(g.census.head_probability if g.census is not None else 1.0 for g in groups)
+    notes = tuple(g.census.note if g.census is not None else None for g in groups)
+    return Comparison(
+        description,
+        labels[0],
+        labels[1],
+        first.size,
+        second.size,
+        *seen,
+        rows,
+        coverage=coverage,
+        heads=(heads[0], heads[1]),
+        census_notes=(notes[0], notes[1]),
+    )
 
 
 def _guidance(verdict: Verdict, seen: tuple[int, int]) -> Guidance:
     """Sample-size guidance for the representative test of one verdict, at its level."""
     test = verdict.representative
+    if test is None:
+        return Guidance(0.0, None, verdict.confidence, 0.0)
     a, b = test.second, test.first
     return guidance(
         a.value,
@@ -234,23 +294,29 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
     Raises
     ------
     AnalysisError
-        If the column does not exist, or a group lacks baseline-slice or tail-kept traces.
+        If the column does not exist, or no trace has one of the values (a group without kept,
+        failed or baseline-slice traces is compared all the same).
     """
     columns = [name for name, _ in dataset.schema("traces")]
     if column not in columns:
         raise AnalysisError(f"traces has no column {column!r}; choose one of: {', '.join(columns)}")
     predicate = f'CAST("{column}" AS VARCHAR) = ?'
-    groups = (group_sample(dataset, predicate, [first]), group_sample(dataset, predicate, [second]))
-    for value, group in zip((first, second), groups, strict=True):
-        if not group.size:
-            present = dataset.sql_arrow(
-                f'SELECT DISTINCT CAST("{column}" AS VARCHAR) AS v FROM traces WHERE kept'
-            )
+    coverage = _census.build(dataset)
+    counts = []
+    for value in (first, second):
+        census = _census.group_census(dataset, predicate, [value])
+        if not census.seen:
+            present = dataset.sql_arrow(f'SELECT DISTINCT CAST("{column}" AS VARCHAR) AS v FROM traces')
             raise AnalysisError(
-                f"no kept trace has {column} = {value!r}; values present: "
+                f"no trace has {column} = {value!r}; values present: "
                 f"{', '.join(labels_of(present.column('v').to_pylist())) or 'none'}"
             )
-    return _compare(f"{column}: {first} → {second}", (first, second), groups)
+        counts.append(census)
+    groups = (
+        group_sample(dataset, predicate, [first], coverage=coverage, census=counts[0]),
+        group_sample(dataset, predicate, [second], coverage=coverage, census=counts[1]),
+    )
+    return _compare(f"{column}: {first} → {second}", (first, second), groups, coverage)
 
 
 @maps_errors
@@ -266,7 +332,7 @@ def compare_windows(
     Raises
     ------
     AnalysisError
-        If a window ends before it starts, or a group lacks baseline-slice or tail-kept traces.
+        If a window ends before it starts, or no trace started in it.
     """
     bounds = []
     for start, end in (first, second):
@@ -275,9 +341,19 @@ def compare_windows(
             raise AnalysisError(f"window {start.isoformat()} .. {end.isoformat()} ends before it starts")
         bounds.append((start, end))
     predicate = "start_time >= ? AND start_time < ?"
-    groups = (group_sample(dataset, predicate, bounds[0]), group_sample(dataset, predicate, bounds[1]))
     labels = tuple(f"{s:%Y-%m-%d %H:%M}..{e:%Y-%m-%d %H:%M}" for s, e in bounds)
-    return _compare(f"window {labels[0]} → {labels[1]}", (labels[0], labels[1]), groups)
+    coverage = _census.build(dataset)
+    counts = []
+    for label, window in zip(labels, bounds, strict=True):
+        census = _census.group_census(dataset, predicate, window)
+        if not census.seen:
+            raise AnalysisError(f"no trace started in window {label}; choose a window with traffic")
+        counts.append(census)
+    groups = (
+        group_sample(dataset, predicate, bounds[0], coverage=coverage, census=counts[0]),
+        group_sample(dataset, predicate, bounds[1], coverage=coverage, census=counts[1]),
+    )
+    return _compare(f"window {labels[0]} → {labels[1]}", (labels[0], labels[1]), groups, coverage)
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:
@@ -305,7 +381,10 @@ class Plan:
         The data dir's baseline slice, as a share of the traces seen (None without ``--data``).
     per_category : list of tuple
         ``(category, effective traces per trace seen, traces seen per group)`` under the data dir's
-        policies, from each category's population estimate (its information per trace at its own rate).
+        policies: 1 for a census category (every trace seen is counted, so traffic sets the power), else
+        from the category's population estimate (its information per trace at its own rate).
+    census : tuple of str
+        The data dir's census categories.
     """
 
     rate: float
@@ -314,6 +393,7 @@ class Plan:
     uniform: int
     baseline_share: float | None = None
     per_category: list[tuple[str, float, int | None]] = field(default_factory=list)
+    census: tuple[str, ...] = ()
 
     def labels(self) -> set[str]:
         """A plan has no verdicts."""
@@ -340,7 +420,7 @@ class Plan:
 
     def rows(self) -> list[dict[str, Any]]:
         return [
-            {"category": c, "effective_per_trace": ratio, "traces_per_group": n}
+            {"category": c, "census": c in self.census, "effective_per_trace": ratio, "traces_per_group": n}
             for c, ratio, n in self.per_category
         ]
 
@@ -353,13 +433,16 @@ class Plan:
         if self.baseline_only is not None:
             console.print(
                 f"under this data dir's policies: {self.baseline_only:,} traces seen per group for the "
-                f"baseline slice alone ({self.baseline_share:.1%} of traces); with the policy-kept "
-                "failures counted (the population estimate compare uses), per category:"
+                f"baseline slice alone ({self.baseline_share:.1%} of traces); with every trace counted "
+                "for a census category, and the policy-kept failures counted for the others (the "
+                "estimates compare uses), per category:"
             )
+        if self.per_category:
             for category, ratio, n in self.per_category:
                 needed = f"{n:,}" if n is not None else "-"
+                how = "census: every trace seen counted" if category in self.census else "sampled"
                 console.print(
-                    f"  {category}: {needed} traces seen per group ({ratio:.2f} effective per trace)"
+                    f"  {category}: {needed} traces seen per group ({ratio:.2f} effective per trace, {how})"
                 )
 
 
@@ -382,9 +465,14 @@ def plan(rate: float, delta: float, dataset: Dataset | None = None) -> Plan:
     ).fetchall()
     if not seen:
         raise AnalysisError(f"{dataset.location}: no traces seen; plan without --data")
+    coverage = _census.build(dataset)
     rows = []
     for category in category_rates(dataset):
         weighted = category.weighted
-        ratio = weighted.n_effective / seen if weighted is not None else 0.0
+        if coverage.applies(category.category):
+            ratio = 1.0  # every trace seen is counted: traffic, not the slice, sets the power
+        else:
+            ratio = weighted.n_effective / seen if weighted is not None else 0.0
         rows.append((category.category, ratio, math.ceil(uniform / ratio) if ratio > 0 else None))
-    return Plan(rate, delta, confidence, uniform, members / seen if members else None, rows)
+    share = members / seen if members else None
+    return Plan(rate, delta, confidence, uniform, share, rows, census=coverage.categories)

@@ -27,10 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
+
 from tailcut.analysis import stats
+from tailcut.analysis._census import CensusCounts, CensusCoverage, group_census
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import maps_errors
-from tailcut.analysis._verdict import GroupCounts, PopulationSample
+from tailcut.analysis._verdict import CensusCount, GroupCounts, PopulationSample
 
 if TYPE_CHECKING:
     from tailcut.analysis._dataset import Dataset
@@ -73,38 +76,69 @@ class GroupSample:
     tail: Sequence[bool]
     #: category -> per-trace indicator, aligned with the other fields
     hits: Mapping[str, Sequence[bool]]
+    #: every trace seen counted, per census category (None: no census asked for)
+    census: CensusCounts | None = None
+    #: which categories the census covers in this data dir
+    coverage: CensusCoverage | None = None
 
     @property
     def size(self) -> int:
         return len(self.inclusion_probability)
 
+    @property
+    def represented(self) -> bool:
+        """Whether the kept traces stand for every trace seen: nothing was dropped, or some kept trace
+        was kept by a probability below 1 (the baseline slice) and so stands for the dropped ones."""
+        return bool(self.size) and (
+            self.size >= self.population or bool((np.asarray(self.inclusion_probability) < 1).any())
+        )
+
+    def census_count(self, category: str) -> CensusCount | None:
+        """The census of ``category`` in this group, when the category is a census category here."""
+        census, coverage = self.census, self.coverage
+        if census is None or coverage is None or census.note is not None or not census.seen:
+            return None
+        if not coverage.applies(category):
+            return None
+        return CensusCount(census.hits[category], census.seen, census.head_probability)
+
     def counts(self, category: str) -> GroupCounts:
         """One category's baseline-slice and tail-kept counts and population sample (a verdict's inputs)."""
-        hits = self.hits[category]
+        hits = np.asarray(self.hits[category], dtype=bool)
+        baseline, tail = np.asarray(self.baseline, dtype=bool), np.asarray(self.tail, dtype=bool)
         return GroupCounts(
-            baseline_hits=sum(h for h, b in zip(hits, self.baseline, strict=True) if b),
-            baseline_n=sum(self.baseline),
-            tail_hits=sum(h for h, t in zip(hits, self.tail, strict=True) if t),
-            tail_n=sum(self.tail),
+            baseline_hits=int(np.count_nonzero(hits & baseline)),
+            baseline_n=int(np.count_nonzero(baseline)),
+            tail_hits=int(np.count_nonzero(hits & tail)),
+            tail_n=int(np.count_nonzero(tail)),
             population=PopulationSample(hits, self.inclusion_probability, self.population)
-            if self.size
+            if self.represented
             else None,
+            census=self.census_count(category),
         )
 
     def rate(self, category: str) -> CategoryRate:
         """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
         counts = self.counts(category)
-        weighted = counts.population.estimate() if counts.population is not None else None
+        sample = PopulationSample(hits, self.inclusion_probability, self.population) if self.size else None
+        weighted = sample.estimate() if sample is not None else None
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
             if counts.baseline_n
             else None
         )
-        return CategoryRate(category, sum(hits), weighted, baseline)
+        return CategoryRate(category, int(np.count_nonzero(hits)), weighted, baseline)
 
 
-def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object] = ()) -> GroupSample:
+def group_sample(
+    dataset: Dataset,
+    where: str = "true",
+    params: Sequence[object] = (),
+    *,
+    coverage: CensusCoverage | None = None,
+    census: CensusCounts | None = None,
+) -> GroupSample:
     """The kept traces matching ``where`` (SQL over ``traces``) with their categories; classifies if needed.
 
     Parameters
@@ -115,6 +149,11 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
         A predicate over the ``traces`` columns (``?`` placeholders take ``params``).
     params : sequence
         Values for the placeholders.
+    coverage : CensusCoverage, optional
+        The census categories (:func:`._census.build`, which fills the flags): then the group's census
+        counts come along.
+    census : CensusCounts, optional
+        The group's census counts when the caller has them already (:func:`._census.group_census`).
     """
     dataset.ensure_findings()
     table = dataset.sql_arrow(
@@ -129,23 +168,31 @@ def group_sample(dataset: Dataset, where: str = "true", params: Sequence[object]
         params=list(params),
     )
     categories = table.column("categories").to_pylist()
-    seen, weighted, heads = dataset.sql(
-        "SELECT count(*), sum(1 / h), count(DISTINCT h) FROM (SELECT "
-        f"any_value(coalesce(head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
-        params=list(params),
-    ).row(0)
-    pi = table.column("inclusion_probability").to_pylist()
-    head = table.column("head").to_pylist()
+    if census is None and coverage is not None:
+        census = group_census(dataset, where, params)
+    if census is not None:  # it counted the traces seen at each head probability
+        seen, heads = census.seen, len(census.heads)
+        weighted = sum(n / h for h, n in census.heads)
+    else:
+        seen, weighted, heads = dataset.sql(
+            "SELECT count(*), sum(1 / h), count(DISTINCT h) FROM (SELECT any_value(coalesce("
+            f"head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
+            params=list(params),
+        ).row(0)
+    pi = table.column("inclusion_probability").to_numpy(zero_copy_only=False).astype(np.float64)
+    head = table.column("head").to_numpy(zero_copy_only=False).astype(np.float64)
     if heads <= 1:  # one head probability: the traces seen are a uniform sample; the tail stage's pi
-        probabilities, population = [p / h for p, h in zip(pi, head, strict=True)], seen
+        probabilities, population = pi / head, seen
     else:
         probabilities, population = pi, max(round(weighted), len(pi))
     return GroupSample(
         population=population,
         inclusion_probability=probabilities,
-        baseline=table.column("baseline").to_pylist(),
-        tail=table.column("tail").to_pylist(),
-        hits={c: [c in found for found in categories] for c in CATEGORIES},
+        baseline=table.column("baseline").to_numpy(zero_copy_only=False).astype(bool),
+        tail=table.column("tail").to_numpy(zero_copy_only=False).astype(bool),
+        hits={c: np.array([c in found for found in categories], dtype=bool) for c in CATEGORIES},
+        census=census,
+        coverage=coverage,
     )
 
 

@@ -1,8 +1,10 @@
 """The regression verdict of ``tailcut compare``: per category, with the family-wise error rate held.
 
 A verdict rests on the *representative* difference of one failure category from group A to group B: the
-population rates (kept traces weighted by 1/π over every trace seen) when both groups have one, else the
-baseline slice. Each category is one test of "no change" (Newcombe's interval inverted into a p-value);
+census rates when the category is a census category (every trace seen counted from its ``traces`` row,
+:mod:`._census`: an exact count, and a test about the process producing traces), else the population
+rates (kept traces weighted by 1/π over every trace seen) when both groups have one, else the baseline
+slice. Each category is one test of "no change" (Newcombe's interval inverted into a p-value);
 the six categories are one family, so their p-values are adjusted with **Holm's step-down method**
 (Holm, 1979): sorted ascending, the i-th smallest of m is multiplied by ``m − i + 1`` and the running
 maximum taken. A category whose adjusted p-value is at most ``1 − confidence`` is a ``regression`` (rate
@@ -10,7 +12,7 @@ up) or an ``improvement`` (rate down). Under no change in any category, the chan
 ``regression`` or ``improvement`` is then at most ``1 − confidence`` (5% by default), where six
 unadjusted 95% tests would give about one false alarm in four.
 
-Each category's population and baseline-slice intervals are shown at its Holm step's level,
+Each category's census, population and baseline-slice intervals are shown at its Holm step's level,
 ``1 − α/(m − i + 1)`` for the i-th smallest p-value, so an interval that excludes 0 is the test that
 rejected (unless a smaller p-value before it failed its own step, which stops Holm's procedure). A
 change seen only among tail-kept traces (the tail interval, at the nominal level ``confidence``, excludes
@@ -85,6 +87,11 @@ class GroupCounts:
         Tail-kept traces (kept by a deterministic policy) showing the category, and tail-kept traces in all.
     population : PopulationSample or None
         The group's kept traces for the population rate (1/π weighted over the traces seen), when known.
+    census : CensusCount or None
+        Every trace seen counted (a census category, :mod:`._census`); then the verdict rests on it.
+
+    A sample may be empty (0 traces): its difference is then not computed, and a verdict rests on the
+    samples that remain, never an error.
     """
 
     baseline_hits: int
@@ -92,6 +99,22 @@ class GroupCounts:
     tail_hits: int
     tail_n: int
     population: PopulationSample | None = None
+    census: CensusCount | None = None
+
+
+@dataclass(frozen=True)
+class CensusCount:
+    """One group's census of one category: the traces seen that show it, of all seen (kept or dropped).
+
+    The count is exact; the interval and the test are about the process producing traces (Wilson's
+    interval on ``n``, Newcombe's for the difference): the group's traces are a sample of what its
+    harness revision produces. ``head_probability`` below 1: the census is of the traces a head sampler
+    upstream passed on (a uniform sample of the traffic, so the rate is still the traffic's).
+    """
+
+    hits: int
+    n: int
+    head_probability: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -104,17 +127,21 @@ class Verdict:
         The failure category.
     label : str
         ``"regression"``, ``"improvement"``, ``"no evidence"`` or ``"confined to tail sample"``.
-    baseline : Difference
-        B − A among baseline-slice traces (the uniform sample alone).
-    tail : Difference
-        B − A among tail-kept traces.
+    baseline : Difference or None
+        B − A among baseline-slice traces (the uniform sample alone); None when a group has none.
+    tail : Difference or None
+        B − A among tail-kept traces; None when a group has none.
     reason : str
         The rule that fired, in words.
     population : Difference or None
         B − A of the population rates (1/π weighted over the traces seen), when both groups had one:
         then the verdict rests on it rather than on the baseline slice alone.
+    census : Difference or None
+        B − A of the census rates (every trace seen counted), for a census category: the verdict rests on
+        it first.
     p_value : float or None
-        Two-sided p-value of "no change" from the representative interval (population, else baseline);
+        Two-sided p-value of "no change" from the representative interval (census, else population,
+        else baseline);
         None for a verdict made from 95% intervals alone (``compare --results``).
     adjusted_p_value : float or None
         ``p_value`` after Holm's adjustment over the categories compared together.
@@ -125,28 +152,47 @@ class Verdict:
 
     category: str
     label: VerdictLabel
-    baseline: stats.Difference
-    tail: stats.Difference
+    baseline: stats.Difference | None
+    tail: stats.Difference | None
     reason: str
     population: stats.Difference | None = None
     p_value: float | None = None
     adjusted_p_value: float | None = None
     confidence: float = stats.DEFAULT_CONFIDENCE
+    census: stats.Difference | None = None
 
     @property
-    def representative(self) -> stats.Difference:
-        """The difference the verdict rests on: the population one when present, else the baseline slice."""
-        return self.population if self.population is not None else self.baseline
+    def representative(self) -> stats.Difference | None:
+        """The difference the verdict rests on: census, else population, else baseline slice (or None)."""
+        for difference in (self.census, self.population, self.baseline):
+            if difference is not None:
+                return difference
+        return None
+
+    @property
+    def estimate(self) -> str | None:
+        """Which difference the verdict rests on: ``census``, ``population``, ``baseline slice`` or None."""
+        names = ("census", "population", "baseline slice")
+        found = (self.census, self.population, self.baseline)
+        return next((name for name, d in zip(names, found, strict=True) if d is not None), None)
 
     def __str__(self) -> str:
-        evidence = f"population {self.population}; " if self.population is not None else ""
-        return (
-            f"{self.category}: {self.label}; {evidence}baseline slice {self.baseline}; tail-kept {self.tail}"
-        )
+        parts = [f"{self.category}: {self.label}"]
+        for name, difference in (
+            ("census", self.census),
+            ("population", self.population),
+            ("baseline slice", self.baseline),
+            ("tail-kept", self.tail),
+        ):
+            if difference is not None or name in ("baseline slice", "tail-kept"):
+                parts.append(f"{name} {difference if difference is not None else '-'}")
+        return "; ".join(parts)
 
 
 def decide(
-    representative: stats.Difference, tail: stats.Difference, name: str = "baseline-slice"
+    representative: stats.Difference | None,
+    tail: stats.Difference | None,
+    name: str = "baseline-slice",
 ) -> tuple[VerdictLabel, str]:
     """The rule for one test at its level: the representative interval first, then the tail-kept one.
 
@@ -161,16 +207,21 @@ def decide(
     >>> decide(change, change)
     ('regression', 'the baseline-slice interval lies above 0')
     """
-    if representative.low > 0:
+    if representative is not None and representative.low > 0:
         return "regression", f"the {name} interval lies above 0"
-    if representative.high < 0:
+    if representative is not None and representative.high < 0:
         return "improvement", f"the {name} interval lies below 0"
-    if tail.excludes_zero:
+    if tail is not None and tail.excludes_zero:
         return (
             "confined to tail sample",
             f"the tail-kept interval excludes 0 but the {name} interval contains it",
         )
-    return "no evidence", "both intervals contain 0"
+    if representative is None:
+        return "no evidence", "no sample represents both groups' traffic"
+    return (
+        "no evidence",
+        "both intervals contain 0" if tail is not None else f"the {name} interval contains 0",
+    )
 
 
 def p_value(interval_at: Callable[[float], stats.Difference]) -> float:
@@ -234,10 +285,13 @@ def compare_groups(
     """The verdict of every category from group A to group B, family-wise rate held by Holm's method.
 
     For each category: Newcombe intervals (method 10) for the rate in B minus the rate in A, from the
-    baseline-slice counts, the tail-kept counts and, when both groups carry a ``population``, the
-    population rates (on their effective sizes). The representative one (population, else baseline)
-    gives the category's p-value; Holm's adjustment over the categories decides ``regression`` and
-    ``improvement`` (see the module docstring); the intervals are reported at each category's Holm level.
+    baseline-slice counts, the tail-kept counts, when both groups carry a ``population``, the
+    population rates (on their effective sizes), and when both carry a ``census``, the census rates
+    (every trace seen counted). The representative one (census, else population, else baseline) gives
+    the category's p-value (1 when no sample covers both groups: a group without kept traces, a
+    baseline slice or a census is still compared, never refused); Holm's adjustment over the categories
+    decides ``regression`` and ``improvement`` (see the module docstring); the intervals are reported at
+    each category's Holm level.
 
     Parameters
     ----------
@@ -274,7 +328,7 @@ def compare_groups(
         _check_group_counts(category, "B", b)
         families[category] = _Category(a, b)
     alpha = 1 - confidence
-    p_values = {c: p_value(family.representative) for c, family in families.items()}
+    p_values = {c: family.p_value() for c, family in families.items()}
     adjusted = dict(zip(p_values, holm(list(p_values.values())), strict=True))
     ranks = {c: rank for rank, c in enumerate(sorted(p_values, key=p_values.__getitem__))}
     m = len(families)
@@ -283,8 +337,8 @@ def compare_groups(
         level = 1 - alpha / (m - ranks[category])
         representative = family.representative(level)
         tail = family.tail(confidence)
-        name = "population" if family.has_population else "baseline-slice"
-        if adjusted[category] <= alpha and representative.value != 0:
+        name = family.name
+        if adjusted[category] <= alpha and representative is not None and representative.value != 0:
             label: VerdictLabel = "regression" if representative.value > 0 else "improvement"
             side = "above" if label == "regression" else "below"
             reason = f"the {name} interval lies {side} 0 (Holm-adjusted p = {adjusted[category]:.2g})"
@@ -298,27 +352,42 @@ def compare_groups(
             family.baseline(level),
             tail,
             reason,
-            family.population(level) if family.has_population else None,
+            family.population(level),
             p_value=p_values[category],
             adjusted_p_value=adjusted[category],
             confidence=level,
+            census=family.census(level),
         )
     return verdicts
 
 
 @dataclass(frozen=True)
 class _Category:
-    """Group A's and B's counts of one category, with B − A at any level."""
+    """Group A's and B's counts of one category, with B − A at any level (None where a group lacks the
+    sample)."""
 
     a: GroupCounts
     b: GroupCounts
 
     @property
-    def has_population(self) -> bool:
-        return self.a.population is not None and self.b.population is not None
+    def name(self) -> str:
+        """The sample the verdict rests on, as its reason names it."""
+        if self.a.census is not None and self.b.census is not None:
+            return "census"
+        if self.a.population is not None and self.b.population is not None:
+            return "population"
+        return "baseline-slice"
 
-    def baseline(self, confidence: float) -> stats.Difference:
+    def census(self, confidence: float) -> stats.Difference | None:
+        a, b = self.a.census, self.b.census
+        if a is None or b is None or not (a.n and b.n):
+            return None
+        return stats.newcombe_difference(b.hits, b.n, a.hits, a.n, sample="all traces", confidence=confidence)
+
+    def baseline(self, confidence: float) -> stats.Difference | None:
         a, b = self.a, self.b
+        if not (a.baseline_n and b.baseline_n):
+            return None
         return stats.newcombe_difference(
             b.baseline_hits,
             b.baseline_n,
@@ -328,30 +397,47 @@ class _Category:
             confidence=confidence,
         )
 
-    def tail(self, confidence: float) -> stats.Difference:
+    def tail(self, confidence: float) -> stats.Difference | None:
         a, b = self.a, self.b
+        if not (a.tail_n and b.tail_n):
+            return None
         return stats.newcombe_difference(
             b.tail_hits, b.tail_n, a.tail_hits, a.tail_n, sample="tail-kept", confidence=confidence
         )
 
-    def population(self, confidence: float) -> stats.Difference:
-        assert self.a.population is not None and self.b.population is not None
+    def population(self, confidence: float) -> stats.Difference | None:
+        if self.a.population is None or self.b.population is None:
+            return None
         return stats.difference(
             self.b.population.estimate(confidence), self.a.population.estimate(confidence)
         )
 
-    def representative(self, confidence: float) -> stats.Difference:
-        return self.population(confidence) if self.has_population else self.baseline(confidence)
+    def representative(self, confidence: float) -> stats.Difference | None:
+        name = self.name
+        if name == "census":
+            return self.census(confidence)
+        if name == "population":
+            return self.population(confidence)
+        return self.baseline(confidence)
+
+    def p_value(self) -> float:
+        """The representative test's two-sided p-value (1 when no sample covers both groups)."""
+        if self.representative(stats.DEFAULT_CONFIDENCE) is None:
+            return 1.0
+        return p_value(self.representative)  # type: ignore[arg-type]
 
 
 def _check_group_counts(category: str, group: str, counts: GroupCounts) -> None:
-    """A verdict needs hits within a non-empty total in both samples; name the category and group if not."""
-    for sample, hits, total in (
+    """Hits within their total in every sample (a sample may be empty); name the category and group if not."""
+    samples = [
         ("baseline-slice", counts.baseline_hits, counts.baseline_n),
         ("tail-kept", counts.tail_hits, counts.tail_n),
-    ):
+    ]
+    if counts.census is not None:
+        samples.append(("census", counts.census.hits, counts.census.n))
+    for sample, hits, total in samples:
         stats.check_count(hits, f"{category}: group {group} {sample} hits", minimum=0)
-        stats.check_count(total, f"{category}: group {group} {sample} traces", minimum=1)
+        stats.check_count(total, f"{category}: group {group} {sample} traces", minimum=0)
         if hits > total:
             raise stats.StatisticsInputError(
                 f"{category}: group {group} has {hits} {sample} hits among only {total} {sample} traces"

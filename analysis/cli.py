@@ -315,13 +315,18 @@ def compare(
       tailcut compare --data DIR --by harness_revision v1 v2 --fail-on regression --format json
       tailcut compare --plan 5% 2% --data DIR
 
-    Verdicts: regression / improvement (the population estimate's interval excludes 0: policy-kept
-    failures counted against every trace seen, the rest from the baseline slice), confined to tail
-    sample (only the tail-kept interval does), no evidence. The six categories are one family: Holm's
-    method holds the chance of any false regression or improvement at 5%. --fail-on regression exits 1
-    when a category's verdict is regression (for CI). Each row shows the smallest rise its test detects
-    with 80% power, and a category without a verdict says what traffic would give one. Python twins:
-    tailcut.analysis.compare_by, compare_windows, compare_results.
+    Verdicts: regression / improvement (the interval the verdict rests on excludes 0: for a census
+    category, the exact count over every trace seen, kept or dropped; else the population estimate,
+    policy-kept failures counted against every trace seen and the rest from the baseline slice),
+    confined to tail sample (only the tail-kept interval does), no evidence. The six categories are one
+    family: Holm's method holds the chance of any false regression or improvement at 5%. A group with
+    no kept, failed or baseline-slice traces is compared all the same. Each row shows the smallest rise
+    its test detects with 80% power, and a category without a verdict says what traffic would give one.
+
+    Exit codes: 0 no --fail-on verdict fired; 1 a --fail-on verdict fired (for CI); 2 the comparison
+    could not be made (bad option, unknown group, no data), with one line saying why and, with
+    --format json, an object with an "error" key on stdout. Python twins: tailcut.analysis.compare_by,
+    compare_windows, compare_results.
     """
     if plan:
         if column or windows or results or values or fail_on:

@@ -6,7 +6,9 @@ median of 7 runs in one session; one classification in a fresh DuckDB session is
 writer stores the per-trace features the classifier reads (``trace_features``, ``trace_checks``) as it writes
 the spans, so the build includes computing them; the exhaustive classification below reads the spans.
 Also times the tree macros and compares the nested-set descendant query with the recursive CTE on the same
-data.
+data, and (issue 29) ``tailcut compare`` of the data dir's two halves in time (``compare_windows``: the
+census flags of every trace, both groups' samples and the six verdicts; the findings already made) as a
+ratio to one scan of the ``traces`` table (``SELECT count(*), sum(duration_ms) FROM traces``), goal ≤ 5x.
 
 The data dir is generated directly as Arrow tables (no SDK in the loop) with the schema module and written
 with ``DataDirWriter``: support-agent traces (root → agent → memory, retriever, LLM calls with tools, tool
@@ -45,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailcut import attributes as attr
-from tailcut.analysis import CATEGORIES, Dataset, Thresholds, _features_coverage
+from tailcut.analysis import CATEGORIES, Dataset, Thresholds, _features_coverage, compare_windows
 from tailcut.analysis._features_worker import FeatureHook
 from tailcut.canonical import canonical_json, sha256_hex
 from tailcut.exporters import DataDirWriter, schema
@@ -565,6 +567,26 @@ def timed(action: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def time_compare(data: Dataset) -> None:
+    """``compare`` of the first and second half of the traces in time, against one scan of ``traces``."""
+    import datetime as dt
+
+    scan, _ = timed(
+        lambda: data.connection.execute("SELECT count(*), sum(duration_ms) FROM traces").fetchall(), 5
+    )
+    first, last = data.connection.execute("SELECT min(start_time), max(start_time) FROM traces").fetchone()
+    middle = first + (last - first) / 2
+    windows = ((first, middle), (middle, last + dt.timedelta(seconds=1)))
+    compared, comparison = timed(lambda: compare_windows(data, *windows), 5)
+    ratio = compared / scan
+    print(f"scan traces once (count, sum(duration_ms)): {scan * 1000:8.1f} ms")
+    print(f"compare two halves in time:                 {compared * 1000:8.1f} ms")
+    census = ", ".join(comparison.census_record()["categories"]) or "none"
+    print(f"  census categories: {census}; verdicts: {sorted(comparison.labels())}")
+    verdict = "met" if ratio <= 5 else "NOT met"
+    print(f"compare / scan traces:                      {ratio:8.1f} x   (goal <= 5 x: {verdict})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spans", type=int, default=1_000_000, help="spans to generate (default 1M)")
@@ -617,6 +639,8 @@ def main() -> None:
         if expected is not None:
             assert digest == expected, f"findings differ from the recorded ones ({expected})"
             print("findings identical to the recorded ones")
+
+        time_compare(data)
 
         anchors = "SELECT trace_id, span_id, span_index, subtree_end FROM spans WHERE kind = 'agent'"
         nested_sql = (

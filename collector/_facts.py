@@ -87,6 +87,7 @@ class RootFacts(NamedTuple):
     name: str
     run: RunFacts
     agent_name: str | None  # the root's own (gen_ai.agent.name or OpenInference's)
+    failed: bool  # its status is ERROR
 
 
 def _first(attributes: Any, keys: tuple[str, ...]) -> bytes | None:
@@ -215,7 +216,8 @@ def root_facts(span: Any, attributes: Any) -> RootFacts:
     raw = _first(attributes, _AGENT_NAME_KEYS)
     agent = any_value(raw) if raw is not None else None
     name = span.name.decode("utf-8", "replace")
-    return _new(RootFacts, (name, run, agent if type(agent) is str and agent else None))
+    agent = agent if type(agent) is str and agent else None
+    return _new(RootFacts, (name, run, agent, span.status.code == ERROR_STATUS))
 
 
 def agent_name(attributes: Any) -> str | None:

@@ -270,6 +270,7 @@ def describe(
         signals.has_root = True
         signals.root_name = root.name
         signals.run = root.run
+        signals.root_failed = root.failed
         agent = root.agent_name or agent
     signals.agent_name = agent
     return signals

@@ -181,6 +181,9 @@ class TraceSignals:
     run: RunFacts = NO_RUN
     #: USD over the llm spans (:func:`trace_cost`); None when one has no price, 0.0 when there is none.
     cost_usd: float | None = None
+    #: Whether the root span failed (None without a root): a run that survived its failed spans has
+    #: errors but a root that did not fail.
+    root_failed: bool | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -444,6 +447,7 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
         signals.has_root = True
         signals.root_name = root.name
         signals.run = root.run
+        signals.root_failed = root.failed
     return signals
 
 
@@ -452,6 +456,10 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
 #: ParquetSpanExporter, and ``ingested`` for files written by ``tailcut ingest`` (both keep every trace).
 DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded", "ingested")
 _REASONS: Final = frozenset(DECISION_REASONS)
+
+#: What the census columns of a ``traces`` row hold (``census_version``; null in rows written before them):
+#: 1 adds ``root_failed``. ``tailcut.analysis`` judges census flags only from rows that carry them.
+CENSUS_VERSION: Final = 1
 
 #: One ``traces`` row: column name -> value, times as Unix nanoseconds (the ``traces`` schema's
 #: ``nanosecond_fields``); built by :func:`traces_row` only.
@@ -552,6 +560,8 @@ def traces_row(
         "session_id": run.session_id,
         "user_id": run.user_id,
         "conversation_id": run.conversation_id,
+        "census_version": CENSUS_VERSION,
+        "root_failed": s.root_failed,
     }
 
 

@@ -36,11 +36,14 @@ CATEGORY_VERDICT = {
     "p_value",
     "adjusted_p_value",
     "confidence",
+    "estimate",
+    "census",
     "population",
     "baseline",
     "tail",
     "sample_size",
 }
+CENSUS = {"categories", "not_census", "version", "head_probability", "groups_without_census"}
 SAMPLE_SIZE = {
     "detectable_difference",
     "power",
@@ -97,7 +100,8 @@ def test_compare_json_has_the_documented_keys_and_holm(revisions):
     )
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
-    assert set(record) == {"kind", "description", "a", "b", "family", "categories"}
+    assert set(record) == {"kind", "description", "a", "b", "family", "categories", "census"}
+    assert set(record["census"]) == CENSUS
     assert record["family"] == {"method": "holm", "error_rate": 0.05, "tests": 6}
     assert record["a"]["label"] == "v1" and 0 < record["a"]["traces"] <= record["a"]["seen"]
     assert {row["category"] for row in record["categories"]} == CATEGORIES
@@ -105,6 +109,10 @@ def test_compare_json_has_the_documented_keys_and_holm(revisions):
         assert set(row) == CATEGORY_VERDICT
         for key in ("population", "baseline", "tail"):
             _difference(row[key])
+        if row["census"] is not None:
+            _difference(row["census"])
+            assert row["census"]["a"]["sample"] == "all traces" and row["estimate"] == "census"
+            assert row["census"]["a"]["denominator"] == record["a"]["seen"]
         assert row["population"]["a"]["sample"] == "kept (1/π weighted)"
         assert row["baseline"]["a"]["sample"] == "baseline slice"
         assert row["p_value"] <= row["adjusted_p_value"] <= 1
@@ -317,4 +325,4 @@ def test_compare_plan_prints_traces_per_group(revisions):
         assert row["traces_per_group"] <= record["baseline_slice_traces_per_group"]
     bad = run("compare", "--plan", "0.05", "x")
     assert bad.exit_code == 2 and "DELTA 'x' is not a number" in bad.output
-    assert run("compare", "--plan", "0.05", "0").exit_code == 2
+    assert run("compare", "--plan", "0.05", "0").exit_code == 2  # could not plan (issue 29)

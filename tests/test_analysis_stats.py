@@ -421,11 +421,12 @@ def test_compare_groups_refuses_mismatched_categories() -> None:
         compare_groups({"error": counts}, {"error": counts, "tool_loop": counts})
 
 
-def test_compare_groups_refuses_an_empty_baseline_slice() -> None:
-    with pytest.raises(
-        StatisticsInputError, match="error: group A baseline-slice traces must be a whole number ≥ 1"
-    ):
-        compare_groups({"error": _counts((0, 0), (3, 10))}, {"error": _counts((1, 10), (3, 10))})
+def test_compare_groups_compares_a_group_without_a_baseline_slice() -> None:
+    """An empty sample gives no interval and the verdict rests on the others (issue 29: never an error)."""
+    first, second = {"error": _counts((0, 0), (3, 10))}, {"error": _counts((1, 10), (3, 10))}
+    verdict = compare_groups(first, second)["error"]
+    assert verdict.baseline is None and verdict.tail is not None and verdict.label == "no evidence"
+    assert verdict.p_value == 1.0
 
 
 def test_compare_groups_refuses_more_hits_than_traces() -> None:

@@ -219,6 +219,7 @@ def test_root_facts_carry_the_run():
         "support-agent",
         RunFacts(outcome="fail", outcome_score=0.25, harness_revision="h7"),
         "support",
+        False,
     )
 
 

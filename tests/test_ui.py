@@ -414,7 +414,7 @@ def test_unknown_ids_are_404_pages_and_a_dropped_trace_says_its_spans_were_not_k
 
 def test_compare_without_a_baseline_slice_says_why(client):
     page = client.get("/compare", params={"by": "service_name", "a": "x", "b": "y"})
-    assert page.status_code == 400 and "no kept trace has service_name = &#39;x&#39;" in page.text
+    assert page.status_code == 400 and "no trace has service_name = &#39;x&#39;" in page.text
 
 
 def test_with_a_token_every_request_needs_it(viewer):

@@ -261,8 +261,12 @@ def test_compare_draws_the_verdict_table_with_intervals(server, page):
     page.goto(f"{server}/compare?by=harness_revision&a=v1&b=v2")
     rows = page.locator("table.verdicts tbody tr")
     assert rows.count() == 6
-    assert page.locator("table.verdicts svg.interval").count() == 18
+    # population, baseline slice and tail-kept for each category, and the census for the census ones
+    assert page.locator("table.verdicts svg.interval").count() >= 18
     assert "schema_drift" in rows.nth(2).inner_text()
+    text = page.locator("table.verdicts").inner_text()
+    assert "[95%]" not in text and "p = " in text and "census (every trace seen)" in text
+    assert page.locator("table.verdicts small.level").count() >= 18
     shot(page, "8-compare")
     response = page.goto(f"{server}/compare?by=no_such_column&a=1&b=2")
     assert response is not None and response.status == 400

@@ -158,7 +158,7 @@ def create_app(
         bounds = [
             b
             for row in comparison.categories
-            for d in (row.verdict.population, row.verdict.baseline, row.verdict.tail)
+            for d in (row.verdict.census, row.verdict.population, row.verdict.baseline, row.verdict.tail)
             if d is not None
             for b in (d.low, d.high)
         ]

@@ -1,0 +1,227 @@
+"""Census flags: which failure categories every trace seen shows, kept or dropped, from its ``traces`` row.
+
+The collector sees every span of every trace before it decides, and the ``traces`` row it leaves for each
+trace (kept or dropped) carries the trace's signals. For the categories those signals decide, a group's
+rate is an exact count over the traces seen rather than an estimate from the kept ones (DESIGN.md
+section 5, "census categories"). Each flag is the ``classify`` rule restated over the row:
+
+======================  ============================================================================
+category                census flag (``Thresholds`` defaults)
+======================  ============================================================================
+``error``               the root span failed (``root_failed``, census version ≥ 1); in older rows
+                        ``error_count > 0`` (a failed span)
+``schema_violation``    ``schema_violations > 0``: a tool call's arguments broke the schema sent
+``tool_loop``           ``max_tool_repeat ≥ loop_min_repeats``, or depth or span count with robust
+                        z ≥ ``structure_z`` against the agent's reference (the baseline slice's rows)
+``cost_blowup``         tokens or LLM calls with z ≥ ``cost_z``, or duration z ≥ ``duration_z``,
+                        against the same reference
+``silent_degradation``  a root that did not fail (older rows: no failed span), and outcome ``fail``
+                        or ``outcome_score < score_threshold`` (a final answer cut off or empty is not
+                        in the row: a data dir with such runs takes the sampled path)
+``schema_drift``        none: it compares a call's arguments with earlier recorded schema versions
+                        (payloads of kept spans), so it stays a sampled category
+======================  ============================================================================
+
+The z-scores use the reference and the robust scale of :mod:`._rules` (:data:`._rules.SCORES_SQL`),
+computed here for every row instead of the kept ones only.
+
+**A flag is used only where it agrees with the findings.** The flags restate rules that ``classify``
+judges from spans, and a rule can see more than a row holds (a third-party convention's tool schemas, an
+exception event without an ERROR status, a data dir written before a column existed). So a category is
+a census category of a data dir only when its flag equals "has a finding of this category" on **every**
+kept trace (:func:`census_categories`); otherwise the category takes the sampled path (1/π weights and
+the baseline slice) and the comparison says why. The kept traces include the uniform baseline slice, so
+a rule that differed on the traffic at large would show there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from tailcut.analysis import _rules
+
+if TYPE_CHECKING:
+    from tailcut.analysis._classify import Thresholds
+    from tailcut.analysis._dataset import Dataset
+
+#: The categories a ``traces`` row can decide (``schema_drift`` needs kept spans' payloads).
+CENSUS_CATEGORIES: Final = ("error", "schema_violation", "tool_loop", "cost_blowup", "silent_degradation")
+#: The scratch table of the flags, one row per trace seen.
+TABLE: Final = "_census"
+#: Columns of census version 1 (written by the collector, ``ingest`` and the embedded exporter).
+VERSION_COLUMNS: Final = ("census_version", "root_failed")
+
+
+#: The robust z-scores of a row ``t`` against its agent's reference ``r`` (the classifier's, :mod:`._rules`).
+_SCORES: Final = {
+    "depth": _rules._z("t.max_depth", "depth"),
+    "spans": _rules._z("t.span_count", "spans"),
+    "tokens": _rules._z("t.input_tokens + t.output_tokens", "tokens"),
+    "calls": _rules._z("t.llm_calls", "calls"),
+    "duration": _rules._z("t.duration_ms", "duration"),
+}
+
+
+def _flags(columns: set[str]) -> dict[str, str]:
+    """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``.
+
+    A row of census version 1 knows whether its root failed, the classifier's ``error`` rule (and the
+    first condition of ``silent_degradation``); an older row knows only its failed spans."""
+    v1 = "coalesce(t.census_version, 0) >= 1"
+    if set(VERSION_COLUMNS) <= columns:
+        failed = f"CASE WHEN {v1} THEN coalesce(t.root_failed, false) ELSE t.error_count > 0 END"
+        completed = f"CASE WHEN {v1} THEN NOT coalesce(t.root_failed, false) ELSE t.error_count = 0 END"
+    else:
+        failed, completed = "t.error_count > 0", "t.error_count = 0"
+    return {
+        "error": failed,
+        "schema_violation": "t.schema_violations > 0",
+        "tool_loop": f"(t.max_tool_repeat >= $loop_min_repeats OR coalesce({_SCORES['depth']} >= "
+        f"$structure_z OR {_SCORES['spans']} >= $structure_z, false))",
+        "cost_blowup": f"coalesce({_SCORES['tokens']} >= $cost_z OR {_SCORES['calls']} >= $cost_z "
+        f"OR {_SCORES['duration']} >= $duration_z, false)",
+        "silent_degradation": f"(t.has_root AND {completed} AND (t.outcome = 'fail' "
+        "OR coalesce(t.outcome_score < $score_threshold, false)))",
+    }
+
+
+def _census_sql(columns: set[str]) -> str:
+    """The ``_census`` table: every ``traces`` row with its flags (one pass over the rows, the reference
+    joined by agent), so a group's census reads it alone."""
+    flags = _flags(columns)
+    selected = ", ".join(f"coalesce({sql}, false) AS flag_{c}" for c, sql in flags.items())
+    spread = _rules._spread
+    spread_columns = _rules._spread_columns
+    return f"""
+CREATE OR REPLACE TEMP TABLE {TABLE} AS
+WITH {_rules._REFERENCE_SAMPLE},
+spreads AS (
+    SELECT agent_no, {spread("tokens", "tokens")}, {spread("llm_calls", "calls")},
+           {spread("duration_ms", "duration")}, {spread("max_depth", "depth")},
+           {spread("span_count", "spans")}
+    FROM chosen GROUP BY agent_no
+),
+reference AS (
+    SELECT a.agent, {spread_columns("tokens")}, {spread_columns("calls")}, {spread_columns("duration")},
+           {spread_columns("depth")}, {spread_columns("spans")}
+    FROM spreads s JOIN agents a USING (agent_no)
+)
+SELECT t.*, {selected}
+FROM traces t LEFT JOIN reference r ON r.agent = {_rules.agent_key("t")}
+"""
+
+
+@dataclass(frozen=True)
+class CensusCoverage:
+    """Which categories are census categories of a data dir, and why the others are not.
+
+    Attributes
+    ----------
+    categories : tuple of str
+        The census categories (their flags agree with the findings on every kept trace).
+    reasons : mapping of str to str
+        For every other category of :data:`CENSUS_CATEGORIES` and ``schema_drift``, why not.
+    version : int
+        The census version of the rows (0: written before the census columns existed).
+    """
+
+    categories: tuple[str, ...]
+    reasons: Mapping[str, str]
+    version: int
+
+    def applies(self, category: str) -> bool:
+        return category in self.categories
+
+
+def build(dataset: Dataset, thresholds: Thresholds | None = None) -> CensusCoverage:
+    """Fill the ``_census`` table (a flag per census category for every trace seen) and check each flag
+    against the findings of the kept traces (classifying first if needed)."""
+    from tailcut.analysis._classify import Thresholds
+
+    limits = thresholds or Thresholds()
+    dataset.ensure_findings()
+    columns = {name for name, _ in dataset.schema("traces")}
+    query = _census_sql(columns)
+    connection = dataset.connection
+    connection.execute(query, _rules.named_parameters(query, limits.parameters()))
+    version = 0
+    if set(VERSION_COLUMNS) <= columns:
+        [(found,)] = connection.execute(f"SELECT coalesce(min(census_version), 0) FROM {TABLE}").fetchall()
+        version = int(found)
+    disagreements = ", ".join(
+        f"count(*) FILTER (WHERE c.flag_{c} <> coalesce(list_contains(f.found, '{c}'), false))"
+        for c in CENSUS_CATEGORIES
+    )
+    [(kept, *wrong)] = connection.execute(
+        f"""
+        WITH f AS (SELECT trace_id, list(DISTINCT category) AS found FROM findings GROUP BY trace_id)
+        SELECT count(*), {disagreements} FROM {TABLE} c LEFT JOIN f USING (trace_id) WHERE c.kept
+        """
+    ).fetchall()
+    reasons = {"schema_drift": "it compares kept spans' payloads (no traces-row flag)"}
+    chosen = []
+    for category, misses in zip(CENSUS_CATEGORIES, wrong, strict=True):
+        if misses:
+            reasons[category] = (
+                f"its traces-row flag differs from the findings on {misses:,} of {kept:,} kept traces"
+            )
+        else:
+            chosen.append(category)
+    return CensusCoverage(tuple(chosen), reasons, version)
+
+
+@dataclass(frozen=True)
+class CensusCounts:
+    """One group's census: traces seen and, per census category, those that show it.
+
+    Attributes
+    ----------
+    seen : int
+        Traces seen in the group (kept or dropped).
+    hits : mapping of str to int
+        Per census category, the traces seen that show it.
+    head_probability : float
+        The head sampler's probability upstream (1: none); below 1 the census is of the head-sampled
+        traces, a uniform sample of the traffic.
+    note : str or None
+        Why the group has no census (several head probabilities), else None.
+    heads : tuple of (float, int)
+        The traces seen at each head probability.
+    """
+
+    seen: int
+    hits: Mapping[str, int]
+    head_probability: float = 1.0
+    note: str | None = None
+    heads: tuple[tuple[float, int], ...] = ()
+
+
+def group_census(dataset: Dataset, where: str, params: Sequence[Any]) -> CensusCounts:
+    """The census counts of the traces matching ``where`` (``_census`` must be built: :func:`build`)."""
+    flags = ", ".join(f"bool_or(c.flag_{c}) AS {c}" for c in CENSUS_CATEGORIES)
+    sums = ", ".join(f"count(*) FILTER (WHERE {c})" for c in CENSUS_CATEGORIES)
+    rows = dataset.connection.execute(
+        f"""
+        SELECT h, count(*), {sums} FROM (
+            SELECT c.trace_id, any_value(coalesce(c.head_probability, 1.0)) AS h, {flags}
+            FROM {TABLE} c WHERE ({where}) GROUP BY c.trace_id
+        ) GROUP BY h ORDER BY h
+        """,
+        list(params),
+    ).fetchall()
+    if not rows:
+        return CensusCounts(0, dict.fromkeys(CENSUS_CATEGORIES, 0))
+    heads = tuple((float(row[0]), int(row[1])) for row in rows)
+    if len(rows) > 1:
+        listed = ", ".join(f"{head:g}" for head, _ in heads)
+        return CensusCounts(
+            sum(n for _, n in heads),
+            dict.fromkeys(CENSUS_CATEGORIES, 0),
+            note=f"its traces were head-sampled at different probabilities ({listed})",
+            heads=heads,
+        )
+    head, seen, *hits = rows[0]
+    counted = dict(zip(CENSUS_CATEGORIES, map(int, hits), strict=True))
+    return CensusCounts(int(seen), counted, float(head), heads=heads)
