@@ -8,14 +8,14 @@ section 5, "census categories"). Each flag is the ``classify`` rule restated ove
 ======================  ============================================================================
 category                census flag (``Thresholds`` defaults)
 ======================  ============================================================================
-``error``               the root span failed (``root_failed``, census version ≥ 1); in older rows
-                        ``error_count > 0`` (a failed span)
+``error``               ``error_count > 0``: a span failed, whether or not the run survived it (a
+                        failure reported only in a payload is not in the row: see below)
 ``schema_violation``    ``schema_violations > 0``: a tool call's arguments broke the schema sent
 ``tool_loop``           ``max_tool_repeat ≥ loop_min_repeats``, or depth or span count with robust
                         z ≥ ``structure_z`` against the agent's reference (the baseline slice's rows)
 ``cost_blowup``         tokens or LLM calls with z ≥ ``cost_z``, or duration z ≥ ``duration_z``,
                         against the same reference
-``silent_degradation``  a root that did not fail (older rows: no failed span), and outcome ``fail``
+``silent_degradation``  no failed span, and outcome ``fail``
                         or ``outcome_score < score_threshold`` (a final answer cut off or empty is not
                         in the row: a data dir with such runs takes the sampled path)
 ``schema_drift``        none: it compares a call's arguments with earlier recorded schema versions
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 CENSUS_CATEGORIES: Final = ("error", "schema_violation", "tool_loop", "cost_blowup", "silent_degradation")
 #: The scratch table of the flags, one row per trace seen.
 TABLE: Final = "_census"
-#: Columns of census version 1 (written by the collector, ``ingest`` and the embedded exporter).
-VERSION_COLUMNS: Final = ("census_version", "root_failed")
 
 
 #: The robust z-scores of a row ``t`` against its agent's reference ``r`` (the classifier's, :mod:`._rules`).
@@ -64,33 +62,24 @@ _SCORES: Final = {
 }
 
 
-def _flags(columns: set[str]) -> dict[str, str]:
-    """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``.
-
-    A row of census version 1 knows whether its root failed, the classifier's ``error`` rule (and the
-    first condition of ``silent_degradation``); an older row knows only its failed spans."""
-    v1 = "coalesce(t.census_version, 0) >= 1"
-    if set(VERSION_COLUMNS) <= columns:
-        failed = f"CASE WHEN {v1} THEN coalesce(t.root_failed, false) ELSE t.error_count > 0 END"
-        completed = f"CASE WHEN {v1} THEN NOT coalesce(t.root_failed, false) ELSE t.error_count = 0 END"
-    else:
-        failed, completed = "t.error_count > 0", "t.error_count = 0"
+def _flags() -> dict[str, str]:
+    """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``."""
     return {
-        "error": failed,
+        "error": "t.error_count > 0",
         "schema_violation": "t.schema_violations > 0",
         "tool_loop": f"(t.max_tool_repeat >= $loop_min_repeats OR coalesce({_SCORES['depth']} >= "
         f"$structure_z OR {_SCORES['spans']} >= $structure_z, false))",
         "cost_blowup": f"coalesce({_SCORES['tokens']} >= $cost_z OR {_SCORES['calls']} >= $cost_z "
         f"OR {_SCORES['duration']} >= $duration_z, false)",
-        "silent_degradation": f"(t.has_root AND {completed} AND (t.outcome = 'fail' "
+        "silent_degradation": "(t.has_root AND t.error_count = 0 AND (t.outcome = 'fail' "
         "OR coalesce(t.outcome_score < $score_threshold, false)))",
     }
 
 
-def _census_sql(columns: set[str]) -> str:
+def _census_sql() -> str:
     """The ``_census`` table: every ``traces`` row with its flags (one pass over the rows, the reference
     joined by agent), so a group's census reads it alone."""
-    flags = _flags(columns)
+    flags = _flags()
     selected = ", ".join(f"coalesce({sql}, false) AS flag_{c}" for c, sql in flags.items())
     spread = _rules._spread
     spread_columns = _rules._spread_columns
@@ -123,13 +112,10 @@ class CensusCoverage:
         The census categories (their flags agree with the findings on every kept trace).
     reasons : mapping of str to str
         For every other category of :data:`CENSUS_CATEGORIES` and ``schema_drift``, why not.
-    version : int
-        The census version of the rows (0: written before the census columns existed).
     """
 
     categories: tuple[str, ...]
     reasons: Mapping[str, str]
-    version: int
 
     def applies(self, category: str) -> bool:
         return category in self.categories
@@ -142,14 +128,9 @@ def build(dataset: Dataset, thresholds: Thresholds | None = None) -> CensusCover
 
     limits = thresholds or Thresholds()
     dataset.ensure_findings()
-    columns = {name for name, _ in dataset.schema("traces")}
-    query = _census_sql(columns)
+    query = _census_sql()
     connection = dataset.connection
     connection.execute(query, _rules.named_parameters(query, limits.parameters()))
-    version = 0
-    if set(VERSION_COLUMNS) <= columns:
-        [(found,)] = connection.execute(f"SELECT coalesce(min(census_version), 0) FROM {TABLE}").fetchall()
-        version = int(found)
     disagreements = ", ".join(
         f"count(*) FILTER (WHERE c.flag_{c} <> coalesce(list_contains(f.found, '{c}'), false))"
         for c in CENSUS_CATEGORIES
@@ -169,7 +150,7 @@ def build(dataset: Dataset, thresholds: Thresholds | None = None) -> CensusCover
             )
         else:
             chosen.append(category)
-    return CensusCoverage(tuple(chosen), reasons, version)
+    return CensusCoverage(tuple(chosen), reasons)
 
 
 @dataclass(frozen=True)

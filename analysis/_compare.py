@@ -108,7 +108,6 @@ class Comparison:
         return {
             "categories": list(coverage.categories) if coverage else [],
             "not_census": dict(coverage.reasons) if coverage else {},
-            "version": coverage.version if coverage else 0,
             "head_probability": {"a": self.heads[0], "b": self.heads[1]},
             "groups_without_census": notes,
         }

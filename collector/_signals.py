@@ -16,6 +16,7 @@ tally is tested against (``tests/test_collector_tally.py``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -133,7 +134,7 @@ class TraceTally:
         max_depth, orphans = tree_shape(parents)
         errors = self.errors
         llm_calls = input_tokens = output_tokens = violations = 0
-        total: float | None = 0.0
+        costs: list[float] | None = []
         llm = self.llm
         llm_ids = {record[0] for record in llm} if len(llm) > 1 else ()
         for span_id, parent, _, failed, _, inputs, outputs, found, model in llm:
@@ -145,9 +146,12 @@ class TraceTally:
             input_tokens += inputs
             output_tokens += outputs
             violations += found
-            if total is not None:
+            if costs is not None:
                 value = cost(model, inputs, outputs)
-                total = None if value is None else total + value
+                if value is None:
+                    costs = None
+                else:
+                    costs.append(value)
         return TraceSignals(
             span_count=len(parents),
             llm_calls=llm_calls,
@@ -161,7 +165,7 @@ class TraceTally:
             orphan_count=orphans,
             start_ns=max(self.start_ns, 0),
             end_ns=self.end_ns,
-            cost_usd=total,
+            cost_usd=None if costs is None else math.fsum(costs),  # exact, as tailcut.signals.trace_cost
         )
 
 

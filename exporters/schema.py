@@ -164,9 +164,8 @@ TRACES: Final = pa.schema(
         _f("session_id", pa.string()),  # the root span's session.id
         _f("user_id", pa.string()),  # the root span's user.id
         _f("conversation_id", pa.string()),  # the root span's gen_ai.conversation.id
-        # census flags' inputs (issue 29, tailcut.analysis._census): which rows carry them, and whether
-        # the run's root span failed (null without a root); null in files written before them
-        _f("census_version", pa.int32()),
+        # whether the run's root span failed (null without a root, and in files written before it): with
+        # error_count > 0 and a root that did not fail, the run survived its failed spans
         _f("root_failed", pa.bool_()),
     ],
     metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},

@@ -48,6 +48,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -349,10 +350,11 @@ def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None 
 
     ``spans`` are records with ``span_id``, ``parent_span_id`` and ``kind`` (:class:`SpanFacts`, the
     collector's span records); ``cost`` gives one span's USD (default: its ``cost_usd``). A nested model
-    call is no model call (:func:`is_nested_call`): its tokens are its parent's.
+    call is no model call (:func:`is_nested_call`): its tokens are its parent's. The sum is exact
+    (:func:`math.fsum`), so every path gives the same figure whatever order it holds the spans in.
     """
     kinds = {span.span_id: span.kind for span in spans}
-    total = 0.0
+    costs: list[float] = []
     for span in spans:
         parent = span.parent_span_id
         parent_kind = kinds.get(parent) if parent and parent != span.span_id else None
@@ -361,8 +363,8 @@ def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None 
         value = span.cost_usd if cost is None else cost(span)
         if value is None:
             return None
-        total += value
-    return total
+        costs.append(value)
+    return math.fsum(costs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,10 +458,6 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
 #: ParquetSpanExporter, and ``ingested`` for files written by ``tailcut ingest`` (both keep every trace).
 DECISION_REASONS: Final = ("root_end", "idle", "evicted", "max_spans", "shutdown", "embedded", "ingested")
 _REASONS: Final = frozenset(DECISION_REASONS)
-
-#: What the census columns of a ``traces`` row hold (``census_version``; null in rows written before them):
-#: 1 adds ``root_failed``. ``tailcut.analysis`` judges census flags only from rows that carry them.
-CENSUS_VERSION: Final = 1
 
 #: One ``traces`` row: column name -> value, times as Unix nanoseconds (the ``traces`` schema's
 #: ``nanosecond_fields``); built by :func:`traces_row` only.
@@ -560,7 +558,6 @@ def traces_row(
         "session_id": run.session_id,
         "user_id": run.user_id,
         "conversation_id": run.conversation_id,
-        "census_version": CENSUS_VERSION,
         "root_failed": s.root_failed,
     }
 

@@ -43,7 +43,7 @@ CATEGORY_VERDICT = {
     "tail",
     "sample_size",
 }
-CENSUS = {"categories", "not_census", "version", "head_probability", "groups_without_census"}
+CENSUS = {"categories", "not_census", "head_probability", "groups_without_census"}
 SAMPLE_SIZE = {
     "detectable_difference",
     "power",
