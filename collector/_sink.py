@@ -445,7 +445,7 @@ class Sink:
         try:
             for retry in tenacity.Retrying(
                 retry=tenacity.retry_if_exception_type(IO_ERRORS),
-                wait=tenacity.wait_exponential_jitter(initial=RECOVERY_BACKOFF, max=RECOVERY_MAX_BACKOFF),
+                wait=tenacity.wait_exponential_jitter(multiplier=RECOVERY_BACKOFF, max=RECOVERY_MAX_BACKOFF),
                 stop=give_up,
                 sleep=self._stopping.wait,
                 reraise=True,
