@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut.analysis import _findings, _pieces, _source
@@ -79,6 +81,10 @@ class Dataset:
         from the standard AWS variables; see :mod:`tailcut.exporters._location`).
     threads : int, optional
         DuckDB worker threads (default: one per core).
+    memory_limit : str, optional
+        DuckDB's ``memory_limit`` (``"128MB"``; default: 80% of the machine's memory). Beyond it DuckDB
+        spills to a directory under the system's temporary directory, so a bounded session is slower,
+        not refused, where an operator can spill.
 
     Raises
     ------
@@ -143,7 +149,13 @@ class Dataset:
     Catalog Error: Table with name trace does not exist! Did you mean "traces"?
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        threads: int | None = None,
+        memory_limit: str | None = None,
+    ) -> None:
         duckdb = _duckdb()
         self._place = location(path)
         #: the data dir as a string: an absolute path or an ``s3://`` URL
@@ -151,6 +163,10 @@ class Dataset:
         self._connection: duckdb.DuckDBPyConnection = duckdb.connect(":memory:")
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
+        if memory_limit is not None:
+            self._connection.execute("SET memory_limit = ?", [memory_limit])
+            spill = Path(tempfile.gettempdir()) / "tailcut-duckdb"
+            self._connection.execute("SET temp_directory = ?", [str(spill)])
         if not self._place.remote:
             # Each statement binds its views again, and with them every file's footer: keep the footers
             # parsed. DuckDB reads a file again when its modification time changed since (a file rewritten

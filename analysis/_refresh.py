@@ -24,11 +24,16 @@ if TYPE_CHECKING:
 _logger = logging.getLogger("tailcut.analysis")
 #: Default shortest time between two refreshes of one data dir, in seconds.
 DEFAULT_INTERVAL: Final = 5.0
+#: DuckDB's memory limit in the collector's background refresh, which also runs on one thread: a refresh
+#: spills beyond it rather than growing past the memory a collector's config promises
+#: (``benchmarks/bench_flood_memory.py``: at shutdown, two unbounded threads added about 25 MiB).
+BACKGROUND_MEMORY_LIMIT: Final = "128MB"
 
 
-def refresh(location: str) -> bool:
+def refresh(location: str, *, threads: int | None = None, memory_limit: str | None = None) -> bool:
     """Recompute ``location``'s ``findings/`` if its source key is stale; True if the stored file is current.
 
+    ``threads`` and ``memory_limit`` are the DuckDB session's (see :class:`~tailcut.analysis.Dataset`).
     A remote data dir keeps no findings file (False). Raises what classifying raises (a
     :class:`~tailcut.errors.TailcutError` for an unreadable data dir).
     """
@@ -37,7 +42,7 @@ def refresh(location: str) -> bool:
 
     if is_remote(location):
         return False
-    with Dataset(location) as data:
+    with Dataset(location, threads=threads, memory_limit=memory_limit) as data:
         data.ensure_findings(default=True)
         return _findings.stored_key(data.location) == _findings.source_key(data)
 
@@ -120,7 +125,7 @@ class FindingsRefresher(WriterHook):
                 self._busy = True
             last = time.monotonic()
             try:
-                refresh(self.location)
+                refresh(self.location, threads=1, memory_limit=BACKGROUND_MEMORY_LIMIT)
                 self.refreshes += 1
             except Exception as exc:  # never fatal: the findings are refreshed on read as well
                 self.failures += 1

@@ -234,3 +234,18 @@ def test_a_collector_refreshes_findings_at_most_once_per_roll_age(tmp_path):
         assert findings_hook(collector).interval == 90.0
     finally:
         collector.stop()
+
+
+def test_a_bounded_refresh_gives_the_same_findings_as_an_unbounded_one(tmp_path):
+    # the collector's background refresh runs on one thread with a memory limit; it must agree
+    from tailcut.analysis._refresh import BACKGROUND_MEMORY_LIMIT, refresh
+
+    data = tmp_path / "data"
+    assert run("ingest", str(FIXTURES / "tailcut_sdk.json"), "--data", str(data)).exit_code == 0
+    unbounded = pl.read_parquet(_findings.path(str(data)))
+    _findings.path(str(data)).unlink()
+    assert refresh(str(data), threads=1, memory_limit=BACKGROUND_MEMORY_LIMIT)
+    assert pl.read_parquet(_findings.path(str(data))).equals(unbounded)
+    with Dataset(data, threads=1, memory_limit=BACKGROUND_MEMORY_LIMIT) as bounded:
+        settings = bounded.sql("SELECT current_setting('threads') AS t, current_setting('memory_limit') AS m")
+        assert settings.row(0) == (1, "122.0 MiB")

@@ -82,9 +82,13 @@ def test_a_trace_kept_for_a_failure_has_its_finding(tmp_path_factory, forest):
 
 
 def test_the_failed_boundary_is_one_definition():
-    rows = duckdb.connect().sql(
-        f"SELECT kind, status, raised, {_rules.failed_boundary('kind', 'status', 'raised')} "
-        "FROM (VALUES ('tool', 'ERROR', false), ('tool', 'OK', true), ('llm', 'OK', false), "
-        "('chain', 'ERROR', true), ('memory', 'UNSET', true)) AS t(kind, status, raised)"
-    ).fetchall()
+    rows = (
+        duckdb.connect()
+        .sql(
+            f"SELECT kind, status, raised, {_rules.failed_boundary('kind', 'status', 'raised')} "
+            "FROM (VALUES ('tool', 'ERROR', false), ('tool', 'OK', true), ('llm', 'OK', false), "
+            "('chain', 'ERROR', true), ('memory', 'UNSET', true)) AS t(kind, status, raised)"
+        )
+        .fetchall()
+    )
     assert [r[3] for r in rows] == [True, True, False, False, True]
