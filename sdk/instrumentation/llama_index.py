@@ -145,7 +145,7 @@ def _workflow_run(original: Any) -> Any:
             raise
         # The handler's own result task, whose callbacks run before any awaiter of the handler resumes.
         done = getattr(handler, "_result_task", None) or asyncio.ensure_future(handler)
-        done.add_done_callback(lambda result: context.run(_end, span, result))
+        done.add_done_callback(functools.partial(_end, span), context=context)
         return handler
 
     return run
