@@ -181,6 +181,18 @@ def test_an_agent_run_is_one_trace_rooted_at_the_run_with_its_input_and_output()
 
 
 @pytest.mark.usefixtures("instrumented")
+def test_a_multi_agent_workflow_run_is_one_run_whose_agents_are_not_runs_again():
+    workflow = AgentWorkflow(agents=[agent()], root_agent="weather-and-orders")
+    with capture_spans() as spans:
+        result = asyncio.run(_run(workflow))
+    assert str(result) == ANSWER
+    root = spans.root()
+    assert (root.name, payload(root, "tailcut.run.output")) == ("AgentWorkflow", ANSWER)
+    assert spans.by_kind("agent") == []
+    assert {span.parent.span_id for span in spans.by_kind("tool")} == {root.context.span_id}
+
+
+@pytest.mark.usefixtures("instrumented")
 def test_two_runs_are_two_traces_and_a_run_inside_a_tailcut_run_is_its_nested_agent():
     async def main() -> None:
         await _run(agent())
