@@ -94,7 +94,7 @@ def init(
         tailcut creates and registers one.
     auto_instrument
         Also instrument the ``openai`` and ``anthropic`` SDKs and the agent frameworks (LangChain/LangGraph,
-        the OpenAI Agents SDK, smolagents) that are installed.
+        the OpenAI Agents SDK, smolagents, LlamaIndex) that are installed.
     redact
         A hook ``redact(value, *, kind, field) -> value`` run on every payload after the default
         redaction (API keys, bearer tokens, credential-named keys), before anything leaves the process.

@@ -16,6 +16,7 @@ PATCHED = {
     "langchain": ("langchain_core.tools:StructuredTool", "_run"),
     "openai_agents": ("agents.run:AgentRunner", "run"),
     "smolagents": ("smolagents:Tool", "__call__"),
+    "llama_index": ("llama_index.core.tools:FunctionTool", "acall"),
 }
 
 
@@ -42,10 +43,10 @@ def test_instrumenting_is_idempotent_and_uninstrumenting_restores_the_original(f
 
 
 def test_import_tailcut_imports_no_framework():
-    frameworks = "{'langchain_core', 'langgraph', 'agents', 'smolagents'}"
+    frameworks = "{'langchain_core', 'langgraph', 'agents', 'smolagents', 'llama_index', 'workflows'}"
     code = (
         "import sys, tailcut, tailcut.instrumentation.langchain, tailcut.instrumentation.smolagents, "
-        "tailcut.instrumentation.openai_agents; "
+        "tailcut.instrumentation.openai_agents, tailcut.instrumentation.llama_index; "
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {frameworks}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

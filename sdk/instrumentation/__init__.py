@@ -6,9 +6,9 @@ lets an active replay interceptor serve the call instead. Instrumenting twice is
 ``uninstrument_*()`` restores the originals. The modules are imported only when asked for, so
 ``import tailcut`` never imports either SDK.
 
-The agent frameworks (:data:`FRAMEWORKS`: LangChain/LangGraph, the OpenAI Agents SDK, smolagents) get
-one module each: their tools become ``tool`` boundaries, recorded and served like ``@tailcut.tool``, and
-their runs ``tailcut.run`` roots (see :mod:`tailcut.instrumentation._frameworks`).
+The agent frameworks (:data:`FRAMEWORKS`: LangChain/LangGraph, the OpenAI Agents SDK, smolagents,
+LlamaIndex) get one module each: their tools become ``tool`` boundaries, recorded and served like
+``@tailcut.tool``, and their runs ``tailcut.run`` roots (see :mod:`tailcut.instrumentation._frameworks`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ def uninstrument_anthropic() -> bool:
 
 
 #: Instrumented framework -> its module under ``tailcut.instrumentation``.
-FRAMEWORKS = {"langchain": "langchain", "openai_agents": "openai_agents", "smolagents": "smolagents"}
+FRAMEWORKS = {
+    "langchain": "langchain",
+    "openai_agents": "openai_agents",
+    "smolagents": "smolagents",
+    "llama_index": "llama_index",
+}
 
 
 def instrument_framework(name: str) -> bool:

@@ -132,8 +132,16 @@ class ToolCrossing:
             return result
 
 
-def _opens_run(framework: str) -> bool:
+def opens_run(framework: str) -> bool:
+    """Whether a run of ``framework`` starting now is a run (not one inside a run of the same framework)."""
     return _IN_RUN.get() != framework and recording()
+
+
+def enter_run(framework: str, name: str, run_input: Any) -> Run:
+    """Enter a run of ``framework`` in the current context, for a framework whose run outlives the call
+    that starts it: the caller exits the returned run later, in the same context."""
+    _IN_RUN.set(framework)
+    return Run(name, input=jsonable(run_input), attributes={FRAMEWORK_ATTRIBUTE: framework}).__enter__()
 
 
 def _same(value: Any) -> Any:
@@ -153,7 +161,7 @@ def run_call(
     whole result object). Inside another run it is that run's nested agent; inside a run of the same
     framework (a run method that calls another, a subgraph) it is nothing more.
     """
-    if not _opens_run(framework):
+    if not opens_run(framework):
         return call()
     token = _IN_RUN.set(framework)
     try:
@@ -173,7 +181,7 @@ async def run_call_async(
     output: Callable[[T], Any] = _same,
 ) -> T:
     """The asynchronous twin of :func:`run_call`."""
-    if not _opens_run(framework):
+    if not opens_run(framework):
         return await call()
     token = _IN_RUN.set(framework)
     try:

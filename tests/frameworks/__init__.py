@@ -1,7 +1,8 @@
 """Agents built on real frameworks, driven against ``tailcut.testing.ModelServer`` by a scenario script.
 
 Each framework module (``langgraph_agent``, ``openai_agents_agent``, ``smolagents_agent`` for
-``ToolCallingAgent``, ``smolagents_code_agent`` for ``CodeAgent``) builds a small agent with the two tools
+``ToolCallingAgent``, ``smolagents_code_agent`` for ``CodeAgent``, ``llama_index_agent`` for a LlamaIndex
+``FunctionAgent``) builds a small agent with the two tools
 of :mod:`tests.frameworks.tools` and exposes ``agent(run_input)``, the entry point a replay calls.
 :mod:`tests.frameworks.scenarios` is the script the model follows, run by run (a clean run, a tool that
 raises, an HTTP error text, a malformed call, an unparseable output, a repeated call), and each scenario

@@ -43,7 +43,13 @@ _PACKAGES = {
     "openai_agents": ("agents",),
     "smolagents": ("smolagents",),
     "smolagents_code": ("smolagents",),
+    "llamaindex": ("llama_index.core", "llama_index.llms.openai"),
 }
+#: module -> how to get it, where that is not the dev extra
+_INSTALL = {
+    "llama_index.llms.openai": "llama-index-llms-openai needs openai<3; .ci/run tests it in .venv-openai2",
+}
+_DEV = "pip install -e '.[dev]'"
 
 
 def agent_module(framework: str) -> ModuleType:
@@ -66,7 +72,7 @@ def missing(framework: str, recorder: str = "tailcut") -> str | None:
         modules.append(INSTRUMENTORS[third_party][framework][0])
     for module in modules:
         if importlib.util.find_spec(module.split(".")[0]) is None or _absent(module):
-            return f"{module} is not installed: pip install -e '.[dev]'"
+            return f"{module} is not installed: {_INSTALL.get(module, _DEV)}"
     return None
 
 

@@ -41,6 +41,7 @@ AGENTS = {
     "openai_agents": "tests.frameworks.openai_agents_agent",
     "smolagents": "tests.frameworks.smolagents_agent",
     "smolagents_code": "tests.frameworks.smolagents_code_agent",
+    "llamaindex": "tests.frameworks.llama_index_agent",
 }
 
 
