@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tailcut.exporters.conventions import mapping, observations
+from tailcut.exporters.conventions import observations
+from tailcut.signals import PREPARATION_SPAN_SUFFIXES
 
 FINDING_COLUMNS: Final = (
     "trace_id",
@@ -231,10 +232,10 @@ FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
                    {RESULT_CHARS}) END), '')"""
 
 #: A span's kind as the rules see it: an ``llm`` span that only prepares the request its sibling sends is
-#: not a model call (:func:`tailcut.exporters.conventions.mapping.is_preparation_span`).
+#: not a model call (:func:`tailcut.signals.is_preparation_span`, whose suffixes these are).
 RULE_KIND: Final = (
     "CASE WHEN kind = 'llm' AND ("
-    + " OR ".join(f"suffix(name, '{end}')" for end in mapping.PREPARATION_SPAN_SUFFIXES)
+    + " OR ".join(f"suffix(name, '{end}')" for end in PREPARATION_SPAN_SUFFIXES)
     + ") THEN 'other' ELSE kind END"
 )
 

@@ -19,7 +19,7 @@ from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
 from tailcut.exporters.wire.values import any_int, any_value, encode_string_value
-from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, run_facts, trace_cost
+from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, is_preparation_span, run_facts, trace_cost
 
 ERROR_STATUS: Final = 2
 #: Kinds by the encoded ``AnyValue`` of their ``tailcut.kind``.
@@ -62,7 +62,7 @@ _TOOL_ARGUMENTS: Final = _TOOL_ARGUMENT_KEYS[0]
 
 
 class SpanRecord(NamedTuple):
-    """What the signals need of one span, read from its bytes (the first eight fields are those of
+    """What the signals need of one span, read from its bytes (the first nine fields are those of
     :class:`tailcut.signals.SpanSignals`, so records feed :func:`tailcut.signals.trace_signals` as they are).
 
     A tuple of plain values (created with ``tuple.__new__``): the garbage collector stops tracking it, so
@@ -78,6 +78,7 @@ class SpanRecord(NamedTuple):
     input_tokens: int
     output_tokens: int
     schema_violations: int
+    preparation: bool  # an llm span that only prepares a request (tailcut.signals.is_preparation_span)
     model: bytes | None  # an llm span's model (its encoded ``AnyValue``), priced when the trace is decided
 
 
@@ -121,13 +122,14 @@ def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> Sp
         kind = span_kind(attributes)
     failed = span.status.code == ERROR_STATUS
     if kind == "llm":
-        return llm_record(span_id, parent, failed, attributes)
+        return llm_record(span, span_id, parent, failed, attributes)
     key = tool_key(span, attributes) if kind == "tool" else None
-    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, None))
+    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, False, None))
 
 
-def llm_record(span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
-    """The record of an ``llm`` span: its token counts, schema violations and model.
+def llm_record(span: Any, span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
+    """The record of an ``llm`` span: its token counts, schema violations, whether it only prepares a
+    request (by its name) and model.
 
     Each value is looked up under its usual key first, then under every key it may have.
     """
@@ -141,8 +143,10 @@ def llm_record(span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> 
     model = get(_MODEL)
     if model is None:
         model = _first(attributes, _MODEL_KEYS)
+    prepares = is_preparation_span("llm", span.name)
     return _new(
-        SpanRecord, (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, model)
+        SpanRecord,
+        (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, prepares, model),
     )
 
 

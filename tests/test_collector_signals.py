@@ -28,6 +28,7 @@ SHAPES = [
     "tailcut_agent",
     "tailcut_chain",
     "oi_llm",
+    "oi_llm_preparation",
     "oi_tool",
     "genai_tool",
     "other",
@@ -77,7 +78,7 @@ def attributes_for(shape: str, draw: st.DrawFn) -> dict[str, object]:
         return out
     if shape == "tailcut_chain":
         return {"tailcut.kind": "chain"}
-    if shape == "oi_llm":
+    if shape in ("oi_llm", "oi_llm_preparation"):  # the second named as it is in span_name()
         return {
             "openinference.span.kind": "LLM",
             "llm.token_count.prompt": draw(tokens),
@@ -123,6 +124,11 @@ def root_attributes(draw: st.DrawFn) -> dict[str, object]:
     return out
 
 
+def span_name(shape: str, index: int) -> str:
+    """A span's name: LlamaIndex's preparation span under OpenInference is named by what it does."""
+    return "OpenAI._prepare_chat_with_tools" if shape == "oi_llm_preparation" else f"span {index}"
+
+
 @st.composite
 def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) -> list[Span]:
     """Random traces; ``whole`` ones have a root and no missing parent, as one process records them."""
@@ -132,20 +138,22 @@ def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) 
     spans = []
     attributes: dict[str, object]
     for i in range(count):
+        shape = "root"
         if i == 0 and has_root:
             parent = b""
             attributes = root_attributes(draw)
         else:
             choice = draw(st.integers(0 if whole else -1, i - 1)) if i else -1
             parent = ids[choice] if choice >= 0 else bytes([9] * 8)  # -1: a parent that never arrives
-            attributes = attributes_for(draw(st.sampled_from(shapes)), draw)
+            shape = draw(st.sampled_from(shapes))
+            attributes = attributes_for(shape, draw)
         start = draw(st.integers(0, 10**9))
         spans.append(
             Span(
                 trace_id=TRACE_ID,
                 span_id=ids[i],
                 parent_span_id=parent,
-                name=f"span {i}",
+                name=span_name(shape, i),
                 start_time_unix_nano=start,
                 end_time_unix_nano=start + draw(st.integers(0, 10**9)),
                 attributes=[kv(k, v) for k, v in attributes.items()],
@@ -179,6 +187,38 @@ def test_nested_model_call_counts_once():
     )
     signals = collector_signals([inner, outer])
     assert (signals.llm_calls, signals.input_tokens, signals.errors, signals.depth) == (1, 10, 2, 1)
+
+
+def llamaindex_request() -> list[Span]:
+    """One model request as LlamaIndex records it under OpenInference: a preparation span (no tokens, it
+    failed here) and the call, siblings under the agent's step, both ``LLM``."""
+
+    def span(
+        i: int, name: str, kind: str, *attributes: KeyValue, parent: int | None = 1, code: int = 0
+    ) -> Span:
+        return Span(
+            trace_id=TRACE_ID,
+            span_id=bytes([i]) * 8,
+            parent_span_id=bytes([parent]) * 8 if parent else b"",
+            name=name,
+            start_time_unix_nano=i,
+            end_time_unix_nano=10 + i,
+            attributes=[kv("openinference.span.kind", kind), *attributes],
+            status=Status(code=code),
+        )
+
+    tokens = (kv("llm.token_count.prompt", 30), kv("llm.token_count.completion", 5))
+    return [
+        span(1, "FunctionAgent.run", "AGENT", parent=None),
+        span(2, "OpenAI._prepare_chat_with_tools", "LLM", kv("llm.model_name", "gpt-4o-mini"), code=2),
+        span(3, "OpenAI.astream_chat", "LLM", kv("llm.model_name", "gpt-4o-mini"), *tokens),
+    ]
+
+
+def test_a_preparation_span_is_no_model_call():
+    signals = collector_signals(llamaindex_request())
+    assert (signals.llm_calls, signals.input_tokens, signals.errors, signals.span_count) == (1, 30, 1, 3)
+    assert signals.cost_usd is not None and signals.cost_usd > 0
 
 
 def test_tool_loop_counts_identical_first_attempts_only():

@@ -28,7 +28,7 @@ from tailcut.exporters import compute_signals, facts_from_otlp, normalize_otlp, 
 from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
 from tests.test_collector_helpers import attribute, write_config
-from tests.test_collector_signals import TAILCUT_SHAPES, traces
+from tests.test_collector_signals import TAILCUT_SHAPES, llamaindex_request, traces
 
 #: Columns that say how the trace was decided, not what it is (they differ between the paths).
 DECISION_COLUMNS = frozenset(
@@ -146,6 +146,14 @@ def test_the_collector_ingest_and_the_embedded_exporter_write_the_same_row(spans
     facts = [facts_from_otlp(s, "worker" if s.parent_span_id else "front") for s in spans]
     cheap = signals.traces_row(compute_signals(facts), kept=True, decision_reason="embedded")
     assert comparable(cheap) == mine
+
+
+def test_one_model_request_is_one_llm_call_on_every_path():
+    """LlamaIndex's preparation span beside the call it prepares (issue 27): ``llm_calls`` 1, not 2."""
+    spans = llamaindex_request()
+    body = request(spans).SerializeToString()
+    rows = [collector_row(body), ingest_row(body), embedded_row(spans)]
+    assert [(r["llm_calls"], r["input_tokens"], r["error_count"]) for r in rows] == [(1, 30, 1)] * 3
 
 
 def _attributes(span: Span) -> dict[str, object]:
