@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tailcut.exporters.conventions import observations
-from tailcut.signals import PREPARATION_SPAN_SUFFIXES
+from tailcut.signals import FAILING_KINDS, PREPARATION_SPAN_SUFFIXES
 
 FINDING_COLUMNS: Final = (
     "trace_id",
@@ -191,8 +191,6 @@ def per_call_sql(*, features: bool, spans: str | None) -> str:
 
 # -------------------------------------------------------------------------------------------- error
 
-#: The kinds whose spans are boundaries that can fail (DESIGN section 5: ``error``).
-FAILING_KINDS: Final = ("tool", "retriever", "embedding", "memory", "llm")
 #: The boundary kinds whose result is read for failure observations (an ``llm`` response is the model's).
 RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
 #: How much of a boundary's result is searched for a failure observation (reports sit at its start).
@@ -245,8 +243,8 @@ HAS_EXCEPTION: Final = "coalesce(len(list_filter(events, lambda e: e.name = 'exc
 
 def failed_boundary(kind: str = "kind", status: str = "status_code", exception: str = "has_exception") -> str:
     """Whether a span is a **failed boundary**: a tool, retriever, embedding, memory or llm span whose status
-    is ERROR or that carries an ``exception`` event. The one definition of a failed boundary: the
-    ``error`` rule and the per-trace ``error_count`` signal both count it."""
+    is ERROR or that carries an ``exception`` event: :func:`tailcut.signals.is_failed` in SQL (its kinds), so
+    the ``error`` rule and the per-trace ``error_count`` signal count the same spans."""
     return f"({kind} IN {_in(FAILING_KINDS)} AND ({status} = 'ERROR' OR {exception}))"
 
 

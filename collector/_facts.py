@@ -62,7 +62,7 @@ _TOOL_ARGUMENTS: Final = _TOOL_ARGUMENT_KEYS[0]
 
 
 class SpanRecord(NamedTuple):
-    """What the signals need of one span, read from its bytes (the first nine fields are those of
+    """What the signals need of one span, read from its bytes (the first ten fields are those of
     :class:`tailcut.signals.SpanSignals`, so records feed :func:`tailcut.signals.trace_signals` as they are).
 
     A tuple of plain values (created with ``tuple.__new__``): the garbage collector stops tracking it, so
@@ -79,6 +79,7 @@ class SpanRecord(NamedTuple):
     output_tokens: int
     schema_violations: int
     preparation: bool  # an llm span that only prepares a request (tailcut.signals.is_preparation_span)
+    raised: bool  # it carries an ``exception`` event (tailcut.signals.is_failed)
     model: bytes | None  # an llm span's model (its encoded ``AnyValue``), priced when the trace is decided
 
 
@@ -124,7 +125,7 @@ def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> Sp
     if kind == "llm":
         return llm_record(span, span_id, parent, failed, attributes)
     key = tool_key(span, attributes) if kind == "tool" else None
-    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, False, None))
+    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, False, raised(span), None))
 
 
 def llm_record(span: Any, span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
@@ -144,10 +145,17 @@ def llm_record(span: Any, span_id: bytes, parent: bytes, failed: bool, attribute
     if model is None:
         model = _first(attributes, _MODEL_KEYS)
     prepares = is_preparation_span("llm", span.name)
-    return _new(
-        SpanRecord,
-        (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, prepares, model),
-    )
+    record = (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, prepares)
+    return _new(SpanRecord, (*record, raised(span), model))
+
+
+_EXCEPTION: Final = b"exception"
+
+
+def raised(span: Any) -> bool:
+    """Whether a span parsed with the lazy ``SpanFacts`` type carries an ``exception`` event."""
+    events = span.events
+    return bool(events) and any(event.name == _EXCEPTION for event in events)
 
 
 def tool_key(span: Any, attributes: Any) -> bytes | None:

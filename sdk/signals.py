@@ -7,7 +7,8 @@ The signals summarise a run for sampling policies and analysis:
 * ``tool_calls`` and ``max_tool_repeat``: over first attempts of ``tool`` spans (a retried call counts
   once, so identical retries are not mistaken for a loop); the repeat count is the most calls with the
   same tool and the same arguments;
-* ``errors``: spans whose status is ERROR, every failed attempt included;
+* ``errors``: failed spans (:func:`is_failed`: status ERROR, or a boundary that can fail carrying an
+  ``exception`` event), every failed attempt included;
 * ``depth``: the deepest span's distance from its root (a root is 0); ``span_count`` counts every span;
 * ``cost_usd``: the sum of the llm spans' prices (None when one is unpriced, 0.0 with no llm span);
 * an ``llm`` span directly inside another ``llm`` span is a second instrumentation's view of the same
@@ -95,6 +96,25 @@ def is_preparation_span(kind: str, name: str | bytes | None) -> bool:
     return str(name).endswith(PREPARATION_SPAN_SUFFIXES)
 
 
+#: The kinds whose spans are boundaries that can fail (DESIGN.md section 5: ``error``).
+FAILING_KINDS: Final = ("tool", "retriever", "embedding", "memory", "llm")
+
+
+def is_failed(kind: str, *, error_status: bool, raised: bool) -> bool:
+    """Whether a span failed: its status is ERROR, or it is a boundary of :data:`FAILING_KINDS` that carries
+    an ``exception`` event (an instrumentor that records the exception a framework caught, status left OK).
+
+    The one definition: the ``errors`` signal counts these spans, and the classifier's ``error`` rule
+    (``tailcut.analysis._rules.failed_boundary``) finds each of them, so a trace an ``errors`` policy keeps
+    has its finding. ``kind`` is the kind the signals count the span as (a nested call or a preparation
+    span is ``other``).
+
+    >>> [is_failed(kind, error_status=False, raised=True) for kind in ("tool", "chain")]
+    [True, False]
+    """
+    return error_status or (raised and kind in FAILING_KINDS)
+
+
 def is_nested_call(kind: str, parent_kind: str | None) -> bool:
     """Whether a span is a second instrumentation's view of its parent's model call.
 
@@ -108,7 +128,7 @@ def is_nested_call(kind: str, parent_kind: str | None) -> bool:
 
 
 class SpanSignals(NamedTuple):
-    """What the signals need of one span (the first nine fields of the collector's buffered span)."""
+    """What the signals need of one span (the first ten fields of the collector's buffered span)."""
 
     span_id: Hashable
     parent_span_id: Hashable | None  # None (or empty) for a root
@@ -121,6 +141,8 @@ class SpanSignals(NamedTuple):
     schema_violations: int = 0
     #: Whether it is an ``llm`` span that only prepares a request (:func:`is_preparation_span`).
     preparation: bool = False
+    #: Whether it carries an ``exception`` event (``failed`` is its status; :func:`is_failed` joins them).
+    raised: bool = False
 
 
 def as_text(value: Any) -> str | None:
@@ -340,7 +362,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
 
     Carriers are left out. Depth follows parent links to a root, an orphan (a parent not in the trace,
     or the span itself: depth 0 there) or, on corrupt input, a cycle (counted from where it is entered).
-    Any tuple whose first nine fields are those of :class:`SpanSignals` will do, so the collector
+    Any tuple whose first ten fields are those of :class:`SpanSignals` will do, so the collector
     passes its buffered spans as they are. A nested call is judged by its parent's own kind (a span
     inside a preparation span is nested, as the ``spans`` table stores it); a preparation span then
     counts as kind :data:`NESTED_AS`.
@@ -354,7 +376,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
     add_span, add_outcome = counter.add_span, counter.add_outcome
     for span in spans:
         span_id, parent_id, kind, failed, tool_key, input_tokens, output_tokens, violations = span[:8]
-        prepares = span[8]
+        prepares, raised = span[8], span[9]
         parent = by_id.get(parent_id) if parent_id and parent_id != span_id else None
         if parent_id and parent is None:
             orphans += 1
@@ -371,7 +393,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
             kind = NESTED_AS  # a nested call is stored as such too (tailcut.exporters normalises it so)
         add_outcome(
             kind,
-            failed=failed,
+            failed=is_failed(kind, error_status=failed, raised=raised),
             tool_key=tool_key,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
@@ -416,6 +438,7 @@ class SpanFacts:
     name: str
     #: The resolved kind (before the nested-call rule, which needs the parent and is applied per trace).
     kind: str
+    #: Its status is ERROR (:func:`is_failed` also counts ``raised`` on a boundary).
     failed: bool
     start_ns: int
     end_ns: int
@@ -431,6 +454,8 @@ class SpanFacts:
     run: RunFacts = NO_RUN
     #: USD of an llm span of a priced model (None otherwise).
     cost_usd: float | None = None
+    #: Whether it carries an ``exception`` event.
+    raised: bool = False
 
     @property
     def preparation(self) -> bool:
@@ -471,6 +496,7 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
             f.output_tokens,
             f.schema_violations,
             f.preparation,
+            f.raised,
         )
         for f in spans
     )
