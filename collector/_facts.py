@@ -18,6 +18,7 @@ from tailcut import attributes as attr
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
+from tailcut.exporters.conventions.messages import tool_request_sha256
 from tailcut.exporters.wire.values import any_int, any_value, encode_string_value
 from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, is_preparation_span, run_facts, trace_cost
 
@@ -30,12 +31,13 @@ _MODEL_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["model"])
 #: Model prices a pricer remembers by encoded name (bounded: a client can send any number of names).
 _MAX_MODEL_NAMES: Final = 1024
 _UNSEEN: Final = object()
-#: Where a tool call's arguments live, tailcut's request hash first (its identity for loop detection).
-_TOOL_ARGUMENT_KEYS: Final = (
-    attr.REQUEST_SHA256,
+#: What a third-party tool span's arguments are rebuilt from (the writers' ``request``; with the MIME type
+#: that says whether ``input.value`` is JSON).
+_TOOL_REQUEST_KEYS: Final = (
     attr.GEN_AI_TOOL_CALL_ARGUMENTS,
     names.OI_TOOL_CALL_ARGUMENTS,
     names.OI_INPUT_VALUE,
+    names.OI_INPUT_MIME_TYPE,
     names.TRACELOOP_ENTITY_INPUT,
 )
 _TOOL_NAME_KEYS: Final = (
@@ -58,7 +60,7 @@ _INT_TAG: Final = b"\x18"  # AnyValue.int_value
 _FIRST_ATTEMPT: Final = b"\x18\x01"  # an attempt of 1, as encoders write it
 _MODEL: Final = _MODEL_KEYS[0]
 _TOOL_NAME: Final = _TOOL_NAME_KEYS[0]
-_TOOL_ARGUMENTS: Final = _TOOL_ARGUMENT_KEYS[0]
+_TOOL_ARGUMENTS: Final = attr.REQUEST_SHA256  # tailcut's own tool spans: the request hash
 
 
 class SpanRecord(NamedTuple):
@@ -161,7 +163,10 @@ def raised(span: Any) -> bool:
 def tool_key(span: Any, attributes: Any) -> bytes | None:
     """The (tool, arguments) identity of a ``tool`` span's first attempt; None for a retry.
 
-    A non-integer ``tailcut.attempt`` counts as absent.
+    The arguments are tailcut's request hash; for a span another instrumentation wrote, the hash of the
+    arguments as the writers rebuild them (:func:`tailcut.exporters.conventions.messages.tool_request_sha256`,
+    canonical JSON without a framework's per-call envelope), so the collector counts the repeated calls
+    the stored ``request_sha256`` groups. A non-integer ``tailcut.attempt`` counts as absent.
     """
     get = attributes.get
     attempt = get(_ATTEMPT)
@@ -170,8 +175,8 @@ def tool_key(span: Any, attributes: Any) -> bytes | None:
         if tool is None:
             tool = _first(attributes, _TOOL_NAME_KEYS)
         arguments = get(_TOOL_ARGUMENTS)
-        if arguments is None:
-            arguments = _first(attributes, _TOOL_ARGUMENT_KEYS)
+        if arguments is None and _KIND not in attributes:  # as the writers: tailcut's spans are not rebuilt
+            arguments = _rebuilt_arguments(attributes)
         tool = tool or span.name
         arguments = arguments or b""
         # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy
@@ -180,6 +185,15 @@ def tool_key(span: Any, attributes: Any) -> bytes | None:
         digest.update(len(tool).to_bytes(4, "little") + tool + arguments)
         return digest.digest()
     return None
+
+
+def _rebuilt_arguments(attributes: Any) -> bytes | None:
+    """The sha256 (ASCII) of a third-party tool span's arguments as the writers rebuild them, or None."""
+    values = {key: any_value(attributes[key]) for key in _TOOL_REQUEST_KEYS if key in attributes}
+    if not values:
+        return None
+    sha = tool_request_sha256(values)
+    return None if sha is None else sha.encode()
 
 
 def model_pricer(pricing: Pricing | None = None) -> Callable[[bytes | None, int, int], float | None]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -19,7 +18,8 @@ from tailcut.signals import RunFacts
 from tests.test_exporters_wire import encoded_any_value
 
 TRACE_ID = bytes(range(1, 17))
-ARGUMENTS = ['{"q":"refund"}', '{"q":"order 7"}', '{"id":3}']
+#: Tool arguments: the first two the same call serialised two ways (identical calls, whatever the spacing).
+ARGUMENTS = ['{"q":"refund"}', '{"q": "refund"}', '{"q":"order 7"}', '{"id":3}']
 #: Two priced models and one with no price.
 MODELS = ["gpt-4o-mini", "gpt-4o", "no-such-model"]
 SHAPES = [
@@ -31,6 +31,7 @@ SHAPES = [
     "oi_llm_preparation",
     "oi_tool",
     "genai_tool",
+    "oll_tool",
     "other",
 ]
 
@@ -43,6 +44,17 @@ def kv(key: str, value: object) -> KeyValue:
     if isinstance(value, float):
         return KeyValue(key=key, value=AnyValue(double_value=value))
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+
+def langchain_input(arguments: str, call_id: str) -> str:
+    """OpenLLMetry's LangChain tool input: the arguments in a callback envelope naming the call's id."""
+    envelope = {
+        "input_str": repr(json.loads(arguments)),
+        "inputs": json.loads(arguments),
+        "kwargs": {"tool_call_id": call_id, "name": None},
+        "metadata": {"langgraph_step": call_id},
+    }
+    return json.dumps(envelope)
 
 
 def attributes_for(shape: str, draw: st.DrawFn) -> dict[str, object]:
@@ -89,6 +101,14 @@ def attributes_for(shape: str, draw: st.DrawFn) -> dict[str, object]:
             "openinference.span.kind": "TOOL",
             "tool.name": draw(st.sampled_from(["search", "lookup"])),
             "tool_call.function.arguments": draw(st.sampled_from(ARGUMENTS)),
+        }
+    if shape == "oll_tool":
+        return {
+            "traceloop.span.kind": "tool",
+            "traceloop.entity.name": draw(st.sampled_from(["search", "lookup"])),
+            "traceloop.entity.input": langchain_input(
+                draw(st.sampled_from(ARGUMENTS)), f"call_{draw(st.integers(0, 99))}"
+            ),
         }
     if shape == "genai_tool":
         return {
@@ -263,10 +283,34 @@ def test_root_facts_carry_the_run():
     )
 
 
-@pytest.mark.parametrize("arguments", ARGUMENTS)
-def test_argument_vocabulary_is_canonical_json(arguments):
-    # Generated third-party arguments are canonical: raw-text identity equals the exporters' hash identity.
-    assert json.dumps(json.loads(arguments), separators=(",", ":"), sort_keys=True) == arguments
+def test_identical_third_party_calls_are_one_call_however_recorded():
+    """The same arguments, spaced differently or in OpenLLMetry's LangChain envelope with a new call id each
+    time, are one repeated call (the writers' rebuilt arguments: what the classifier groups)."""
+
+    def tool(i: int, *attributes: KeyValue) -> Span:
+        return Span(
+            trace_id=TRACE_ID, span_id=bytes([i]) * 8, name="execute_tool search", attributes=list(attributes)
+        )
+
+    spans = [
+        tool(
+            i,
+            kv("traceloop.span.kind", "tool"),
+            kv("traceloop.entity.name", "search"),
+            kv("traceloop.entity.input", langchain_input(arguments, f"call_{i}")),
+        )
+        for i, arguments in enumerate(ARGUMENTS[:2] * 2, start=1)
+    ]
+    spans.append(
+        tool(
+            9,
+            kv("openinference.span.kind", "TOOL"),
+            kv("tool.name", "search"),
+            kv("tool_call.function.arguments", ARGUMENTS[1]),
+        )
+    )
+    signals = collector_signals(spans)
+    assert (signals.tool_calls, signals.max_tool_repeat) == (5, 5)
 
 
 @settings(max_examples=300, deadline=None)
