@@ -29,7 +29,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
-from tailcut.analysis._rules import FAILURE_TEXT, HAS_EXCEPTION, RULE_KIND, failed_boundary, named_parameters
+from tailcut.analysis._rules import (
+    CARRIES_INVALID_CALLS,
+    FAILURE_TEXT,
+    HAS_EXCEPTION,
+    MALFORMED_ARGUMENTS,
+    RULE_KIND,
+    failed_boundary,
+    named_parameters,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,7 +81,7 @@ FROM (
                {_SIGN} AS sign
         FROM {{spans}}
         WHERE kind IN ('llm', 'tool', 'retriever', 'embedding', 'memory') OR coalesce(depth, 0) = 0
-           OR status_code = 'ERROR' OR len(events) > 0
+           OR status_code = 'ERROR' OR len(events) > 0 OR {CARRIES_INVALID_CALLS}
     )
 )
 GROUP BY ALL
@@ -144,6 +152,7 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
        finish_reason,
        {FAILURE_TEXT} AS failure_text, {HAS_EXCEPTION} AS has_exception,
+       {MALFORMED_ARGUMENTS} AS malformed_arguments,
        attributes['{attr.TOOLS_SHA256}'] AS tools_key,
        TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER) AS recorded_violations,
        attributes['{attr.TOOL_SCHEMA_SHA256}'] AS schema_sha,
@@ -160,7 +169,7 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        {_EMPTY_RESULT} AS empty_result
 FROM {{spans}} JOIN _candidates c ON hash(trace_id) = c.trace
 WHERE kind IN ('llm', 'tool', 'retriever', 'embedding', 'memory') OR status_code = 'ERROR'
-   OR parent_span_id IS NULL OR len(events) > 0 OR list_contains(c.deep, depth)
+   OR parent_span_id IS NULL OR len(events) > 0 OR list_contains(c.deep, depth) OR {CARRIES_INVALID_CALLS}
 """
 """The spans (of ``{spans}``, as in :data:`SURVEY_SQL`) of the suspect traces that some rule reads
 (boundary spans, failed spans, roots, the deepest spans of traces far too deep or large), with the

@@ -125,6 +125,18 @@ class Scenario:
     signals: tuple[str, ...] = ()
 
 
+def _ai_message_with_invalid_call() -> str:
+    """A LangChain ``AIMessage`` as OpenInference records a step's output: the model's tool call LangChain
+    could not parse, in ``invalid_tool_calls`` with its error."""
+    error = (
+        'Function get_weather arguments:\n\n{"city": "Paris"\n\nare not valid JSON. Received JSONDecodeError '
+        "Expecting ',' delimiter: line 1 column 17 (char 16)"
+    )
+    call = {"args": '{"city": "Paris"', "error": error, "id": "call_1", "name": "get_weather"}
+    message = {"content": "", "invalid_tool_calls": [{**call, "type": "invalid_tool_call"}], "tool_calls": []}
+    return json.dumps({"messages": [{"data": message, "type": "ai"}]})
+
+
 def _smolagents_run(*steps: Span, outcome: str | None = None) -> list[Span]:
     root = {"smolagents.task": "check stock"} | ({"tailcut.outcome": outcome} if outcome else {})
     return [Span("ToolCallingAgent.run", "AGENT", None, 0, 1000, root), *steps]
@@ -336,6 +348,46 @@ SCENARIOS: dict[str, Scenario] = {
             llm("OpenAIServerModel.generate#2", "Step 2", 420, 980),
         ),
         {"schema_violation": ("OpenAIServerModel.generate", "tool_schema")},  # the refusal, no error
+        recovered=True,
+    ),
+    # LangGraph under OpenInference: LangChain could not parse the model's tool call (invalid_tool_calls on
+    # the message), the prebuilt agent ends the graph: no tool span, the step's result carries the report
+    "langgraph_invalid_tool_call": Scenario(
+        [
+            Span("LangGraph", "CHAIN", None, 0, 500),
+            Span(
+                "call_model",
+                "CHAIN",
+                "LangGraph",
+                10,
+                300,
+                {"output.value": _ai_message_with_invalid_call(), "output.mime_type": "application/json"},
+            ),
+            llm("ChatOpenAI", "call_model", 20, 290),
+            Span("should_continue", "CHAIN", "LangGraph", 310, 320, {"output.value": "__end__"}),
+        ],
+        {"schema_violation": ("ChatOpenAI", "model")},
+        recovered=True,
+    ),
+    # the OpenAI Agents SDK ran a tool with the model's broken JSON: the tool span fails with the SDK's
+    # generic error; the failure is the model's output, not the tool's
+    "openai_agents_broken_json_arguments": Scenario(
+        [
+            Span("Agent workflow", "CHAIN", None, 0, 500),
+            Span("Support", "AGENT", "Agent workflow", 5, 495),
+            llm("generation", "Support", 10, 200),
+            tool(
+                "lookup_order",
+                "Support",
+                210,
+                300,
+                '{"order_id": "M-1044"',
+                "An error occurred while running the tool. Please try again.",
+                error="Error running tool (non-fatal)",
+            ),
+            llm("generation#2", "Support", 310, 490),
+        ],
+        {"schema_violation": ("generation", "model")},
         recovered=True,
     ),
     # a run that fails with no failed boundary and no failure observation: silent_degradation
