@@ -188,8 +188,9 @@ def repeats_trusted(dataset: Dataset, *, trust_trace_signals: bool) -> bool:
     trace with no row, breaks that; they are caught by comparing span counts: every kept span must be
     counted by exactly one row. When they disagree (or when the caller asked not to trust the signals,
     ``Thresholds.trust_trace_signals``), every tool call is grouped instead (one more read of the spans).
-    One case the counts cannot catch: the collector keys a tool span that another instrumentation wrote
-    by the raw text of its arguments, so identical calls serialised differently are counted apart there.
+    The collector keys a tool span that another instrumentation wrote by the hash of its arguments as the
+    writers rebuild them (``request_sha256``), so identical calls serialised differently, or wrapped in a
+    framework's per-call envelope, count as one there too.
     """
     if not trust_trace_signals:
         return False

@@ -5,7 +5,9 @@ This is the collector's hot path: it runs on every span, kept or not. A span is 
 the keys below are looked up; values are compared or decoded from their raw ``AnyValue`` bytes. Kinds
 follow :func:`tailcut.exporters.conventions.mapping.resolve_kind` (called only for spans without
 ``tailcut.kind``), and token counts the same fallbacks as the ``input_tokens``/``output_tokens``
-columns, so the signals agree with the stored rows.
+columns, so the signals agree with the stored rows. A third-party tool span's arguments are the one
+exception to reading raw bytes: they are decoded and rebuilt as the writers rebuild them (its identity for
+repeated calls must be theirs), which costs a tool span of another instrumentation a few microseconds.
 """
 
 from __future__ import annotations
