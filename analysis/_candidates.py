@@ -35,6 +35,8 @@ from tailcut.analysis._rules import (
     HAS_EXCEPTION,
     MALFORMED_ARGUMENTS,
     RULE_KIND,
+    TOOL_SCHEMA_KEY,
+    TOOL_SCHEMA_TEXT,
     failed_boundary,
     named_parameters,
 )
@@ -70,10 +72,10 @@ FROM (
         SELECT trace_id, CASE WHEN kind = 'tool' THEN tool_name END AS tool_name,
                CASE kind WHEN 'llm' THEN 'list' WHEN 'tool' THEN 'enforced' ELSE 'root' END AS facet,
                CASE kind WHEN 'llm' THEN attributes['{attr.TOOLS_SHA256}']
-                         WHEN 'tool' THEN attributes['{attr.TOOL_SCHEMA_SHA256}'] END AS key,
+                         WHEN 'tool' THEN {TOOL_SCHEMA_KEY} END AS key,
                CASE WHEN kind = 'llm'
                     THEN TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER) END AS violations,
-               CASE WHEN kind = 'tool' THEN attributes['{attr.TOOL_SCHEMA}'] END AS schema,
+               {TOOL_SCHEMA_TEXT} AS schema,
                CASE WHEN coalesce(depth, 0) = 0 THEN attributes['{attr.OUTCOME}'] END AS outcome,
                CASE WHEN coalesce(depth, 0) = 0
                     THEN TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) END AS score,
@@ -91,7 +93,8 @@ the traces the written features do not describe: :func:`survey`), a row per face
 
 * ``list``: one row per tool list shown to models (``key`` is its ``tailcut.tools.sha256``, NULL for spans
   other instrumentations wrote), with the first trace that showed it;
-* ``enforced``: one row per (tool, schema sha) its spans enforced, with one copy of the schema;
+* ``enforced``: one row per (tool, schema sha) its spans enforced or recorded
+  (:data:`._rules.TOOL_SCHEMA_KEY`), with one copy of the schema;
 * ``root``: the depth-0 spans of other kinds.
 
 ``suspects`` lists, on every row, the traces (by the 64-bit hash of their id) of its spans that need a look
@@ -155,7 +158,7 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        {MALFORMED_ARGUMENTS} AS malformed_arguments,
        attributes['{attr.TOOLS_SHA256}'] AS tools_key,
        TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER) AS recorded_violations,
-       attributes['{attr.TOOL_SCHEMA_SHA256}'] AS schema_sha,
+       {TOOL_SCHEMA_KEY} AS schema_sha,
        CASE WHEN parent_span_id IS NULL THEN attributes['{attr.RUN_OUTPUT}'] END AS run_output,
        CASE WHEN parent_span_id IS NULL THEN attributes['{attr.OUTCOME}'] END AS root_outcome,
        CASE WHEN parent_span_id IS NULL THEN TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) END

@@ -76,7 +76,7 @@ _SHAPE: Final = f"""
 SELECT min(trace_id),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL),
-       count(*) FILTER (WHERE kind = 'tool' AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL),
+       count(*) FILTER (WHERE kind = 'tool' AND {_rules.TOOL_SCHEMA_KEY} IS NOT NULL),
        coalesce(bool_or(status_code = 'ERROR' OR len(events) > 0
                         OR kind IN ('tool', 'retriever', 'embedding', 'memory')
                         OR {_rules.CARRIES_INVALID_CALLS}), false),
@@ -104,10 +104,10 @@ FROM _first_lists f JOIN spans s USING (trace_id, span_id)
 """
 
 _ENFORCED: Final = f"""
-SELECT tool_name AS tool, attributes['{attr.TOOL_SCHEMA_SHA256}'] AS sha,
-       any_value(attributes['{attr.TOOL_SCHEMA}']) AS schema, min(trace_id) AS trace_id
+SELECT tool_name AS tool, {_rules.TOOL_SCHEMA_KEY} AS sha,
+       any_value({_rules.TOOL_SCHEMA_TEXT}) AS schema, min(trace_id) AS trace_id
 FROM _batch
-WHERE kind = 'tool' AND tool_name IS NOT NULL AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL
+WHERE kind = 'tool' AND tool_name IS NOT NULL AND {_rules.TOOL_SCHEMA_KEY} IS NOT NULL
 GROUP BY ALL
 """
 

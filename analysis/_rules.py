@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tailcut.exporters.conventions import observations
+from tailcut import attributes as attr
+from tailcut.exporters.conventions import names, observations
 from tailcut.signals import FAILING_KINDS, PREPARATION_SPAN_SUFFIXES
 
 FINDING_COLUMNS: Final = (
@@ -257,6 +258,19 @@ MALFORMED_ARGUMENTS: Final = (
 )
 #: The report a failed call with :data:`MALFORMED_ARGUMENTS` makes (a structural rule, not a text pattern).
 NOT_JSON_RULE: Final = "arguments.not_json"
+
+#: The JSON Schema a tool span records for its arguments (over span columns): the one tailcut's SDK enforces
+#: (``tailcut.tool.schema``), else OpenInference's ``tool.parameters`` (the tool's definition, which the
+#: Agents SDK's recording does not put on the model request); and its key in the schema book (tailcut's
+#: sha256, else ``sql:`` and the sha256 of the recorded text). NULL for other spans.
+TOOL_SCHEMA_TEXT: Final = (
+    f"CASE WHEN kind = 'tool' THEN coalesce(attributes['{attr.TOOL_SCHEMA}'], "
+    f"attributes['{names.OI_TOOL_PARAMETERS}']) END"
+)
+TOOL_SCHEMA_KEY: Final = (
+    f"CASE WHEN kind = 'tool' THEN coalesce(attributes['{attr.TOOL_SCHEMA_SHA256}'], "
+    f"'sql:' || sha256(attributes['{names.OI_TOOL_PARAMETERS}'])) END"
+)
 
 #: Whether a span carries an ``exception`` event (over span columns).
 HAS_EXCEPTION: Final = "coalesce(len(list_filter(events, lambda e: e.name = 'exception')) > 0, false)"

@@ -26,13 +26,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
 )
 
 #: What the classifier does not find yet, by (framework, recorder, scenario), and why; scored as misses.
-KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    ("openai_agents", "openinference", "unexpected_argument"): (
-        "the Agents SDK drops the extra argument and runs the tool, so nothing fails or reports it; "
-        "OpenInference records no tool list on the generation span (the schema is only the tool span's "
-        "tool.parameters), and a call is checked against the tools sent in its own request"
-    ),
-}
+KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 
 @dataclass
