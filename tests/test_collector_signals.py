@@ -119,6 +119,9 @@ def attributes_for(shape: str, draw: st.DrawFn) -> dict[str, object]:
     return {"http.method": "GET"}
 
 
+#: Span events: an exception (a failure when on a boundary, whatever the status) and another one.
+EVENTS = ["exception", "agent.step_recovery"]
+
 TAILCUT_SHAPES = [shape for shape in SHAPES if shape.startswith("tailcut_")]
 
 
@@ -178,6 +181,9 @@ def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) 
                 end_time_unix_nano=start + draw(st.integers(0, 10**9)),
                 attributes=[kv(k, v) for k, v in attributes.items()],
                 status=Status(code=draw(st.sampled_from([0, 1, 2]))),
+                events=[
+                    Span.Event(name=name) for name in draw(st.lists(st.sampled_from(EVENTS), max_size=2))
+                ],
             )
         )
     order = draw(st.permutations(range(count)))
