@@ -29,7 +29,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tailcut import attributes as attr
-from tailcut.analysis._rules import FAILURE_TEXT, HAS_EXCEPTION, RULE_KIND, failed_boundary, named_parameters
+from tailcut.analysis._rules import (
+    CARRIES_INVALID_CALLS,
+    FAILURE_TEXT,
+    HAS_EXCEPTION,
+    MALFORMED_ARGUMENTS,
+    RULE_KIND,
+    TOOL_SCHEMA_KEY,
+    TOOL_SCHEMA_TEXT,
+    failed_boundary,
+    named_parameters,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,10 +72,10 @@ FROM (
         SELECT trace_id, CASE WHEN kind = 'tool' THEN tool_name END AS tool_name,
                CASE kind WHEN 'llm' THEN 'list' WHEN 'tool' THEN 'enforced' ELSE 'root' END AS facet,
                CASE kind WHEN 'llm' THEN attributes['{attr.TOOLS_SHA256}']
-                         WHEN 'tool' THEN attributes['{attr.TOOL_SCHEMA_SHA256}'] END AS key,
+                         WHEN 'tool' THEN {TOOL_SCHEMA_KEY} END AS key,
                CASE WHEN kind = 'llm'
                     THEN TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER) END AS violations,
-               CASE WHEN kind = 'tool' THEN attributes['{attr.TOOL_SCHEMA}'] END AS schema,
+               {TOOL_SCHEMA_TEXT} AS schema,
                CASE WHEN coalesce(depth, 0) = 0 THEN attributes['{attr.OUTCOME}'] END AS outcome,
                CASE WHEN coalesce(depth, 0) = 0
                     THEN TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) END AS score,
@@ -73,7 +83,7 @@ FROM (
                {_SIGN} AS sign
         FROM {{spans}}
         WHERE kind IN ('llm', 'tool', 'retriever', 'embedding', 'memory') OR coalesce(depth, 0) = 0
-           OR status_code = 'ERROR' OR len(events) > 0
+           OR status_code = 'ERROR' OR len(events) > 0 OR {CARRIES_INVALID_CALLS}
     )
 )
 GROUP BY ALL
@@ -83,7 +93,8 @@ the traces the written features do not describe: :func:`survey`), a row per face
 
 * ``list``: one row per tool list shown to models (``key`` is its ``tailcut.tools.sha256``, NULL for spans
   other instrumentations wrote), with the first trace that showed it;
-* ``enforced``: one row per (tool, schema sha) its spans enforced, with one copy of the schema;
+* ``enforced``: one row per (tool, schema sha) its spans enforced or recorded
+  (:data:`._rules.TOOL_SCHEMA_KEY`), with one copy of the schema;
 * ``root``: the depth-0 spans of other kinds.
 
 ``suspects`` lists, on every row, the traces (by the 64-bit hash of their id) of its spans that need a look
@@ -144,9 +155,10 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
        finish_reason,
        {FAILURE_TEXT} AS failure_text, {HAS_EXCEPTION} AS has_exception,
+       {MALFORMED_ARGUMENTS} AS malformed_arguments,
        attributes['{attr.TOOLS_SHA256}'] AS tools_key,
        TRY_CAST(attributes['{attr.SCHEMA_VIOLATIONS}'] AS INTEGER) AS recorded_violations,
-       attributes['{attr.TOOL_SCHEMA_SHA256}'] AS schema_sha,
+       {TOOL_SCHEMA_KEY} AS schema_sha,
        CASE WHEN parent_span_id IS NULL THEN attributes['{attr.RUN_OUTPUT}'] END AS run_output,
        CASE WHEN parent_span_id IS NULL THEN attributes['{attr.OUTCOME}'] END AS root_outcome,
        CASE WHEN parent_span_id IS NULL THEN TRY_CAST(attributes['{attr.OUTCOME_SCORE}'] AS DOUBLE) END
@@ -160,7 +172,7 @@ SELECT trace_id, span_id, parent_span_id, coalesce(is_orphan, false) AS is_orpha
        {_EMPTY_RESULT} AS empty_result
 FROM {{spans}} JOIN _candidates c ON hash(trace_id) = c.trace
 WHERE kind IN ('llm', 'tool', 'retriever', 'embedding', 'memory') OR status_code = 'ERROR'
-   OR parent_span_id IS NULL OR len(events) > 0 OR list_contains(c.deep, depth)
+   OR parent_span_id IS NULL OR len(events) > 0 OR list_contains(c.deep, depth) OR {CARRIES_INVALID_CALLS}
 """
 """The spans (of ``{spans}``, as in :data:`SURVEY_SQL`) of the suspect traces that some rule reads
 (boundary spans, failed spans, roots, the deepest spans of traces far too deep or large), with the
@@ -179,8 +191,9 @@ def repeats_trusted(dataset: Dataset, *, trust_trace_signals: bool) -> bool:
     trace with no row, breaks that; they are caught by comparing span counts: every kept span must be
     counted by exactly one row. When they disagree (or when the caller asked not to trust the signals,
     ``Thresholds.trust_trace_signals``), every tool call is grouped instead (one more read of the spans).
-    One case the counts cannot catch: the collector keys a tool span that another instrumentation wrote
-    by the raw text of its arguments, so identical calls serialised differently are counted apart there.
+    The collector keys a tool span that another instrumentation wrote by the hash of its arguments as the
+    writers rebuild them (``request_sha256``), so identical calls serialised differently, or wrapped in a
+    framework's per-call envelope, count as one there too.
     """
     if not trust_trace_signals:
         return False

@@ -43,19 +43,22 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("tailcut.analysis")
 
-_BATCH: Final = """
+_BATCH: Final = f"""
 CREATE OR REPLACE TEMP VIEW _batch AS
 SELECT trace_id, span_id, parent_span_id, is_orphan, name, kind, boundary, occurrence, seq, attempt,
        start_time, end_time, start_time_ns, end_time_ns, span_index, subtree_end, depth, status_code,
        error_type, status_message, tool_name, tool_call_id, request_sha256, input_tokens, output_tokens,
        finish_reason, attributes, events,
-       CASE WHEN kind = 'llm' THEN request END AS request,
-       CASE WHEN kind IN ('llm', 'retriever', 'tool', 'embedding', 'memory') THEN response END AS response
+       CASE WHEN kind IN ('llm', 'tool') THEN request END AS request,
+       CASE WHEN kind IN ('llm', 'retriever', 'tool', 'embedding', 'memory') OR {_rules.CARRIES_INVALID_CALLS}
+            THEN response END AS response
 FROM batch
 """
-"""The columns of the batch the rules read (requests only of LLM calls, results only of boundaries), a view
-over the Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct of the
-few the SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up front."""
+"""The columns of the batch the rules read (requests only of LLM and tool calls, results only of boundaries
+and of the spans that carry a framework's parse errors of tool calls: :data:`._rules.CARRIES_INVALID_CALLS`),
+a view over the Arrow batch: each query converts only the columns it reads, and ``attributes`` is a struct
+of the few the SQL reads (:func:`_read_attributes`), cheap to convert, so nothing is copied into DuckDB up
+front."""
 
 _SPANS_VIEW: Final = f"""
 CREATE OR REPLACE TEMP VIEW spans AS SELECT * REPLACE (
@@ -73,9 +76,10 @@ _SHAPE: Final = f"""
 SELECT min(trace_id),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NULL),
        count(*) FILTER (WHERE kind = 'llm' AND attributes['{attr.TOOLS_SHA256}'] IS NOT NULL),
-       count(*) FILTER (WHERE kind = 'tool' AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL),
+       count(*) FILTER (WHERE kind = 'tool' AND {_rules.TOOL_SCHEMA_KEY} IS NOT NULL),
        coalesce(bool_or(status_code = 'ERROR' OR len(events) > 0
-                        OR kind IN ('tool', 'retriever', 'embedding', 'memory')), false),
+                        OR kind IN ('tool', 'retriever', 'embedding', 'memory')
+                        OR {_rules.CARRIES_INVALID_CALLS}), false),
        coalesce(bool_or(kind = 'tool' AND attempt > 1), false)
 FROM _batch
 """
@@ -100,10 +104,10 @@ FROM _first_lists f JOIN spans s USING (trace_id, span_id)
 """
 
 _ENFORCED: Final = f"""
-SELECT tool_name AS tool, attributes['{attr.TOOL_SCHEMA_SHA256}'] AS sha,
-       any_value(attributes['{attr.TOOL_SCHEMA}']) AS schema, min(trace_id) AS trace_id
+SELECT tool_name AS tool, {_rules.TOOL_SCHEMA_KEY} AS sha,
+       any_value({_rules.TOOL_SCHEMA_TEXT}) AS schema, min(trace_id) AS trace_id
 FROM _batch
-WHERE kind = 'tool' AND tool_name IS NOT NULL AND attributes['{attr.TOOL_SCHEMA_SHA256}'] IS NOT NULL
+WHERE kind = 'tool' AND tool_name IS NOT NULL AND {_rules.TOOL_SCHEMA_KEY} IS NOT NULL
 GROUP BY ALL
 """
 

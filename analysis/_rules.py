@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from tailcut.exporters.conventions import mapping, observations
+from tailcut import attributes as attr
+from tailcut.exporters.conventions import names, observations
+from tailcut.signals import FAILING_KINDS, PREPARATION_SPAN_SUFFIXES
 
 FINDING_COLUMNS: Final = (
     "trace_id",
@@ -190,8 +192,6 @@ def per_call_sql(*, features: bool, spans: str | None) -> str:
 
 # -------------------------------------------------------------------------------------------- error
 
-#: The kinds whose spans are boundaries that can fail (DESIGN section 5: ``error``).
-FAILING_KINDS: Final = ("tool", "retriever", "embedding", "memory", "llm")
 #: The boundary kinds whose result is read for failure observations (an ``llm`` response is the model's).
 RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
 #: How much of a boundary's result is searched for a failure observation (reports sit at its start).
@@ -201,6 +201,11 @@ RESULT_CHARS: Final = 4000
 def _in(kinds: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{k}'" for k in kinds) + ")"
 
+
+_INVALID_CALLS: Final = "'" + observations.INVALID_TOOL_CALLS.replace("'", "''") + "'"
+#: Whether a span's result carries a LangChain message's parse errors of tool calls (over span columns): a
+#: span of any kind the rules then read (the survey, ``_rows`` and the writers' batches keep it).
+CARRIES_INVALID_CALLS: Final = f"coalesce(contains(CAST(response AS VARCHAR), {_INVALID_CALLS}), false)"
 
 #: The text of a result that is a message object (:data:`observations.RESULT_TEXT_PATHS`), else NULL.
 _MESSAGE_TEXT: Final = (
@@ -214,9 +219,10 @@ _MESSAGE_TEXT: Final = (
 
 #: A span's **failure text** (over span columns): its status message, the type and message of each of its
 #: ``exception`` events and the message of any other event that carries one (smolagents' step
-#: ``agent.step_recovery``), and the start of a boundary's result (a JSON string result unquoted; a message
-#: object's ``content``, such as LangChain's ``ToolMessage``, first). NULL when all are empty. The
-#: observation rules (:mod:`tailcut.exporters.conventions.observations`) read it.
+#: ``agent.step_recovery``), the start of a boundary's result (a JSON string result unquoted; a message
+#: object's ``content``, such as LangChain's ``ToolMessage``, first), and of any other span's result only
+#: the LangChain parse errors of tool calls it carries (:data:`observations.INVALID_TOOL_CALLS` on). NULL
+#: when all are empty. The observation rules (:mod:`tailcut.exporters.conventions.observations`) read it.
 FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
     status_message,
     nullif(array_to_string(list_transform(
@@ -228,14 +234,42 @@ FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
     CASE WHEN kind IN {_in(RESULT_KINDS)} AND response IS NOT NULL
          THEN left(CASE WHEN json_type(response) = 'VARCHAR' THEN response ->> '$'
                         ELSE concat_ws(chr(10), {_MESSAGE_TEXT}, CAST(response AS VARCHAR)) END,
-                   {RESULT_CHARS}) END), '')"""
+                   {RESULT_CHARS})
+         WHEN {CARRIES_INVALID_CALLS}
+         THEN substr(CAST(response AS VARCHAR), strpos(CAST(response AS VARCHAR), {_INVALID_CALLS}),
+                     {RESULT_CHARS}) END), '')"""
 
 #: A span's kind as the rules see it: an ``llm`` span that only prepares the request its sibling sends is
-#: not a model call (:func:`tailcut.exporters.conventions.mapping.is_preparation_span`).
+#: not a model call (:func:`tailcut.signals.is_preparation_span`, whose suffixes these are).
 RULE_KIND: Final = (
     "CASE WHEN kind = 'llm' AND ("
-    + " OR ".join(f"suffix(name, '{end}')" for end in mapping.PREPARATION_SPAN_SUFFIXES)
+    + " OR ".join(f"suffix(name, '{end}')" for end in PREPARATION_SPAN_SUFFIXES)
     + ") THEN 'other' ELSE kind END"
+)
+
+#: The arguments of a tool call the model wrote as broken JSON (over span columns): a tool span's request
+#: that is a JSON string opening an object or array that does not parse (a framework passed the model's text
+#: on as it came), quoted; NULL otherwise. When such a tool span fails, its failure is the harness refusing
+#: the model's output (``arguments.not_json``, :data:`NOT_JSON_RULE`), not an ``error`` of the tool.
+MALFORMED_ARGUMENTS: Final = (
+    "CASE WHEN kind = 'tool' AND json_type(request) = 'VARCHAR' "
+    "AND regexp_matches(request ->> '$', '^\\s*[\\[{]') AND NOT json_valid(request ->> '$') "
+    f"THEN left(request ->> '$', {observations.QUOTE_CHARS}) END"
+)
+#: The report a failed call with :data:`MALFORMED_ARGUMENTS` makes (a structural rule, not a text pattern).
+NOT_JSON_RULE: Final = "arguments.not_json"
+
+#: The JSON Schema a tool span records for its arguments (over span columns): the one tailcut's SDK enforces
+#: (``tailcut.tool.schema``), else OpenInference's ``tool.parameters`` (the tool's definition, which the
+#: Agents SDK's recording does not put on the model request); and its key in the schema book (tailcut's
+#: sha256, else ``sql:`` and the sha256 of the recorded text). NULL for other spans.
+TOOL_SCHEMA_TEXT: Final = (
+    f"CASE WHEN kind = 'tool' THEN coalesce(attributes['{attr.TOOL_SCHEMA}'], "
+    f"attributes['{names.OI_TOOL_PARAMETERS}']) END"
+)
+TOOL_SCHEMA_KEY: Final = (
+    f"CASE WHEN kind = 'tool' THEN coalesce(attributes['{attr.TOOL_SCHEMA_SHA256}'], "
+    f"'sql:' || sha256(attributes['{names.OI_TOOL_PARAMETERS}'])) END"
 )
 
 #: Whether a span carries an ``exception`` event (over span columns).
@@ -244,20 +278,24 @@ HAS_EXCEPTION: Final = "coalesce(len(list_filter(events, lambda e: e.name = 'exc
 
 def failed_boundary(kind: str = "kind", status: str = "status_code", exception: str = "has_exception") -> str:
     """Whether a span is a **failed boundary**: a tool, retriever, embedding, memory or llm span whose status
-    is ERROR or that carries an ``exception`` event. The one definition of a failed boundary: the
-    ``error`` rule and the per-trace ``error_count`` signal both count it."""
+    is ERROR or that carries an ``exception`` event: :func:`tailcut.signals.is_failed` in SQL (its kinds), so
+    the ``error`` rule and the per-trace ``error_count`` signal count the same spans."""
     return f"({kind} IN {_in(FAILING_KINDS)} AND ({status} = 'ERROR' OR {exception}))"
 
 
 def _observed_facts(rules: tuple[observations.ObservationRule, ...]) -> str:
-    """The spans of ``_rows`` that failed or may report a failure, with their observation (the first rule of
-    ``rules`` their failure text matches) and whether they are a failed boundary."""
+    """The spans of ``_rows`` that failed or may report a failure, with their observation (a failed call whose
+    arguments are broken JSON, :data:`MALFORMED_ARGUMENTS`; else the first rule of ``rules`` their failure
+    text matches) and whether they are a failed boundary."""
     return f"""
 facts AS (
     SELECT trace_id, span_id, parent_span_id, name, kind, boundary, occurrence, seq, start_time, end_time,
            span_index, coalesce(subtree_end, span_index) AS subtree_end, error_type, status_message, attempt,
            is_orphan, status_code, failure_text, {failed_boundary()} AS failed_boundary,
-           CASE WHEN regexp_matches(failure_text, {_literal(observations.any_pattern(rules))})
+           CASE WHEN malformed_arguments IS NOT NULL AND (status_code = 'ERROR' OR has_exception)
+                THEN {{'rule': '{NOT_JSON_RULE}', 'category': 'schema_violation', 'layer': 'model'::VARCHAR,
+                      'kind': 'tool_exception', 'quote': malformed_arguments}}
+                WHEN regexp_matches(failure_text, {_literal(observations.any_pattern(rules))})
                 THEN {observations.sql_observation("failure_text", rules)} END AS observed
     FROM _rows
     WHERE status_code = 'ERROR' OR has_exception OR failure_text IS NOT NULL
@@ -419,19 +457,25 @@ ERROR_SQL: Final = error_sql()
 def refused_sql(rules: tuple[observations.ObservationRule, ...] = observations.RULES) -> str:
     """The ``schema_violation`` findings of the harness refusing the model's output, over ``_rows``: a
     span whose failure text matches a ``schema_violation`` observation (a parse error fed back, an unknown
-    tool, a call that broke a tool's contract) points at the llm span that produced that output, the last
-    to end before the report's span ended (else at that span); the earliest report per trace."""
+    tool, a call that broke a tool's contract) points at the llm span that produced that output: the span
+    itself when the report is an llm span's, else the last to end before the report's span ended (else
+    that span). Per trace, the earliest report with none below it (a step's report, not the run's output
+    that repeats it)."""
     return f"""
 WITH {_observed_facts(rules)},
+reports AS (SELECT * FROM facts WHERE observed.category = 'schema_violation'),
 refused AS (
-    SELECT * FROM facts WHERE observed.category = 'schema_violation'
+    SELECT * FROM reports r
+    WHERE NOT EXISTS (SELECT 1 FROM reports d WHERE d.trace_id = r.trace_id AND d.span_index > r.span_index
+                                                   AND d.span_index <= r.subtree_end)
     QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY start_time, span_index, span_id) = 1
 ),
 producers AS (
     SELECT r.*,
-           (SELECT arg_max(l.span_id, (l.end_time, l.span_index)) FROM _rows l
-            WHERE l.trace_id = r.trace_id AND l.kind = 'llm' AND l.span_id <> r.span_id
-              AND l.end_time <= r.end_time) AS producer
+           CASE WHEN r.kind = 'llm' THEN r.span_id ELSE
+               (SELECT arg_max(l.span_id, (l.end_time, l.span_index)) FROM _rows l
+                WHERE l.trace_id = r.trace_id AND l.kind = 'llm' AND l.span_id <> r.span_id
+                  AND l.end_time <= r.end_time) END AS producer
     FROM refused r
 )
 SELECT s.trace_id, 'schema_violation' AS category, {_SPAN},

@@ -431,3 +431,7 @@ def check(book: SchemaBook, call: Mapping[str, Any]) -> Iterator[CallProblem]:
             f"({reference[:8]}): {failure}",
             0.8,
         )
+    elif not shown_tools:
+        # No tool list was recorded with the request (OpenInference's Agents SDK spans): the schema the
+        # tool's own span records is the contract the call is checked against.
+        yield found("schema_violation", "tool_schema", f"{tool}: {failure} (schema the tool records)", 0.9)

@@ -5,7 +5,9 @@ This is the collector's hot path: it runs on every span, kept or not. A span is 
 the keys below are looked up; values are compared or decoded from their raw ``AnyValue`` bytes. Kinds
 follow :func:`tailcut.exporters.conventions.mapping.resolve_kind` (called only for spans without
 ``tailcut.kind``), and token counts the same fallbacks as the ``input_tokens``/``output_tokens``
-columns, so the signals agree with the stored rows.
+columns, so the signals agree with the stored rows. A third-party tool span's arguments are the one
+exception to reading raw bytes: they are decoded and rebuilt as the writers rebuild them (its identity for
+repeated calls must be theirs), which costs a tool span of another instrumentation a few microseconds.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from tailcut import attributes as attr
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
+from tailcut.exporters.conventions.messages import tool_request_sha256
 from tailcut.exporters.wire.values import any_int, any_value, encode_string_value
-from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, run_facts, trace_cost
+from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, is_preparation_span, run_facts, trace_cost
 
 ERROR_STATUS: Final = 2
 #: Kinds by the encoded ``AnyValue`` of their ``tailcut.kind``.
@@ -30,12 +33,13 @@ _MODEL_KEYS: Final = tuple(source.key for source in COLUMN_SOURCES["model"])
 #: Model prices a pricer remembers by encoded name (bounded: a client can send any number of names).
 _MAX_MODEL_NAMES: Final = 1024
 _UNSEEN: Final = object()
-#: Where a tool call's arguments live, tailcut's request hash first (its identity for loop detection).
-_TOOL_ARGUMENT_KEYS: Final = (
-    attr.REQUEST_SHA256,
+#: What a third-party tool span's arguments are rebuilt from (the writers' ``request``; with the MIME type
+#: that says whether ``input.value`` is JSON).
+_TOOL_REQUEST_KEYS: Final = (
     attr.GEN_AI_TOOL_CALL_ARGUMENTS,
     names.OI_TOOL_CALL_ARGUMENTS,
     names.OI_INPUT_VALUE,
+    names.OI_INPUT_MIME_TYPE,
     names.TRACELOOP_ENTITY_INPUT,
 )
 _TOOL_NAME_KEYS: Final = (
@@ -58,11 +62,11 @@ _INT_TAG: Final = b"\x18"  # AnyValue.int_value
 _FIRST_ATTEMPT: Final = b"\x18\x01"  # an attempt of 1, as encoders write it
 _MODEL: Final = _MODEL_KEYS[0]
 _TOOL_NAME: Final = _TOOL_NAME_KEYS[0]
-_TOOL_ARGUMENTS: Final = _TOOL_ARGUMENT_KEYS[0]
+_TOOL_ARGUMENTS: Final = attr.REQUEST_SHA256  # tailcut's own tool spans: the request hash
 
 
 class SpanRecord(NamedTuple):
-    """What the signals need of one span, read from its bytes (the first eight fields are those of
+    """What the signals need of one span, read from its bytes (the first ten fields are those of
     :class:`tailcut.signals.SpanSignals`, so records feed :func:`tailcut.signals.trace_signals` as they are).
 
     A tuple of plain values (created with ``tuple.__new__``): the garbage collector stops tracking it, so
@@ -78,6 +82,8 @@ class SpanRecord(NamedTuple):
     input_tokens: int
     output_tokens: int
     schema_violations: int
+    preparation: bool  # an llm span that only prepares a request (tailcut.signals.is_preparation_span)
+    raised: bool  # it carries an ``exception`` event (tailcut.signals.is_failed)
     model: bytes | None  # an llm span's model (its encoded ``AnyValue``), priced when the trace is decided
 
 
@@ -121,13 +127,14 @@ def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> Sp
         kind = span_kind(attributes)
     failed = span.status.code == ERROR_STATUS
     if kind == "llm":
-        return llm_record(span_id, parent, failed, attributes)
+        return llm_record(span, span_id, parent, failed, attributes)
     key = tool_key(span, attributes) if kind == "tool" else None
-    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, None))
+    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, False, raised(span), None))
 
 
-def llm_record(span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
-    """The record of an ``llm`` span: its token counts, schema violations and model.
+def llm_record(span: Any, span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
+    """The record of an ``llm`` span: its token counts, schema violations, whether it only prepares a
+    request (by its name) and model.
 
     Each value is looked up under its usual key first, then under every key it may have.
     """
@@ -141,15 +148,27 @@ def llm_record(span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> 
     model = get(_MODEL)
     if model is None:
         model = _first(attributes, _MODEL_KEYS)
-    return _new(
-        SpanRecord, (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, model)
-    )
+    prepares = is_preparation_span("llm", span.name)
+    record = (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, prepares)
+    return _new(SpanRecord, (*record, raised(span), model))
+
+
+_EXCEPTION: Final = b"exception"
+
+
+def raised(span: Any) -> bool:
+    """Whether a span parsed with the lazy ``SpanFacts`` type carries an ``exception`` event."""
+    events = span.events
+    return bool(events) and any(event.name == _EXCEPTION for event in events)
 
 
 def tool_key(span: Any, attributes: Any) -> bytes | None:
     """The (tool, arguments) identity of a ``tool`` span's first attempt; None for a retry.
 
-    A non-integer ``tailcut.attempt`` counts as absent.
+    The arguments are tailcut's request hash; for a span another instrumentation wrote, the hash of the
+    arguments as the writers rebuild them (:func:`tailcut.exporters.conventions.messages.tool_request_sha256`,
+    canonical JSON without a framework's per-call envelope), so the collector counts the repeated calls
+    the stored ``request_sha256`` groups. A non-integer ``tailcut.attempt`` counts as absent.
     """
     get = attributes.get
     attempt = get(_ATTEMPT)
@@ -158,8 +177,8 @@ def tool_key(span: Any, attributes: Any) -> bytes | None:
         if tool is None:
             tool = _first(attributes, _TOOL_NAME_KEYS)
         arguments = get(_TOOL_ARGUMENTS)
-        if arguments is None:
-            arguments = _first(attributes, _TOOL_ARGUMENT_KEYS)
+        if arguments is None and _KIND not in attributes:  # as the writers: tailcut's spans are not rebuilt
+            arguments = _rebuilt_arguments(attributes)
         tool = tool or span.name
         arguments = arguments or b""
         # Hashed so that a tool with large arguments costs the buffer 16 bytes, not a second copy
@@ -168,6 +187,15 @@ def tool_key(span: Any, attributes: Any) -> bytes | None:
         digest.update(len(tool).to_bytes(4, "little") + tool + arguments)
         return digest.digest()
     return None
+
+
+def _rebuilt_arguments(attributes: Any) -> bytes | None:
+    """The sha256 (ASCII) of a third-party tool span's arguments as the writers rebuild them, or None."""
+    values = {key: any_value(attributes[key]) for key in _TOOL_REQUEST_KEYS if key in attributes}
+    if not values:
+        return None
+    sha = tool_request_sha256(values)
+    return None if sha is None else sha.encode()
 
 
 def model_pricer(pricing: Pricing | None = None) -> Callable[[bytes | None, int, int], float | None]:

@@ -104,6 +104,7 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message], ty
             ("start_time_unix_nano", 7, _FIELD.TYPE_FIXED64, optional, ""),
             ("end_time_unix_nano", 8, _FIELD.TYPE_FIXED64, optional, ""),
             ("attributes", 9, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.Span.AttributesEntry"),
+            ("events", 11, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.Event"),
             ("status", 15, _FIELD.TYPE_MESSAGE, optional, ".tailcut.collector.lazy.Status"),
         ],
     )
@@ -112,6 +113,8 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message], ty
     entry.field.add(name="value", number=2, type=_FIELD.TYPE_BYTES, label=optional)
     entry.options.map_entry = True
     message("Status", [("code", 3, _FIELD.TYPE_INT32, optional, "")])
+    # An event's name alone: whether a span carries an ``exception`` event (tailcut.signals.is_failed).
+    message("Event", [("name", 2, _FIELD.TYPE_BYTES, optional, "")])
     # Only a span's trace_state (the writer restates it on slice-only spans): no attribute map is built.
     message("SpanTraceState", [("trace_state", 3, _FIELD.TYPE_BYTES, optional, "")])
     message(

@@ -8,7 +8,8 @@ the policies run, and writes them on the root span and the ``traces`` row. The r
 A pending trace's :class:`TraceTally` takes each span's contribution as it arrives (times, status codes,
 error and tool counts, the parent links and its llm calls), so deciding a trace costs one pass over its
 parent links and its llm calls (:meth:`TraceTally.signals`), not over decoded spans. What depends on the
-tree (depth, orphans, the nested-call rule for llm spans) is settled then, when every span is known. A
+tree (depth, orphans, the nested-call rule for llm spans; the preparation-span rule is the record's) is
+settled then, when every span is known. A
 trace with two spans of one id is the exception: its signals are computed from scratch with
 :func:`tailcut.signals.trace_signals` over its spans' bytes (:func:`scratch_signals`), the definition the
 tally is tested against (``tests/test_collector_tally.py``).
@@ -27,13 +28,14 @@ from tailcut.collector._facts import (
     SpanRecord,
     agent_name,
     llm_record,
+    raised,
     span_kind,
     span_record,
     tool_key,
 )
 from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import SpanFacts
-from tailcut.signals import TraceSignals, chain_depth, trace_cost, trace_signals
+from tailcut.signals import FAILING_KINDS, TraceSignals, chain_depth, trace_cost, trace_signals
 
 _CARRIER = attr.CARRIER_KIND
 _KIND = attr.KIND
@@ -109,9 +111,9 @@ class TraceTally:
         if end > self.end_ns:
             self.end_ns = end
         if kind == "llm":
-            self.llm.append(llm_record(span_id, parent, status == _ERROR, attributes))
+            self.llm.append(llm_record(span, span_id, parent, status == _ERROR, attributes))
             return kind
-        if status == _ERROR:
+        if status == _ERROR or (kind in FAILING_KINDS and raised(span)):  # tailcut.signals.is_failed
             self.errors += 1
         if kind == "tool" and (key := tool_key(span, attributes)) is not None:
             self.tool_calls += 1
@@ -137,11 +139,14 @@ class TraceTally:
         costs: list[float] | None = []
         llm = self.llm
         llm_ids = {record[0] for record in llm} if len(llm) > 1 else ()
-        for span_id, parent, _, failed, _, inputs, outputs, found, model in llm:
-            if failed:
-                errors += 1
-            if parent and parent != span_id and parent in llm_ids:
-                continue  # a nested call (tailcut.signals.is_nested_call): only its failure counts
+        for span_id, parent, _, failed, _, inputs, outputs, found, prepares, thrown, model in llm:
+            if prepares or (parent and parent != span_id and parent in llm_ids):
+                # a nested call or a preparation span (tailcut.signals.is_nested_call,
+                # is_preparation_span): only its failure counts, as a span of kind other
+                errors += failed
+                continue
+            errors += failed or thrown  # tailcut.signals.is_failed of an llm span
+
             llm_calls += 1
             input_tokens += inputs
             output_tokens += outputs

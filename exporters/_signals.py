@@ -34,6 +34,7 @@ from tailcut.exporters.wire.values import python_value
 from tailcut.signals import NO_RUN, RUN_KEYS, SpanFacts, TraceRow, compute_signals, run_facts, traces_row
 
 _STATUS_ERROR: Final = 2  # OTLP Status.code
+_EXCEPTION: Final = "exception"  # the event name OpenTelemetry records an exception under
 _TOOL_REQUEST_KEYS: Final = (
     attr.GEN_AI_TOOL_CALL_ARGUMENTS,
     n.OI_TOOL_CALL_ARGUMENTS,
@@ -86,8 +87,10 @@ def _facts(
     end_ns: int,
     values: Mapping[str, Any],
     service_name: str | None,
+    raised: bool,
 ) -> SpanFacts:
-    """Facts from a span's decoded attributes (only :data:`FACT_KEYS` are read)."""
+    """Facts from a span's decoded attributes (only :data:`FACT_KEYS` are read); ``raised``: it carries an
+    ``exception`` event."""
     kind = resolve_kind(values)
     tool_name = first_source(values, "tool_name", kind)[0]
     provider = first_source(values, "provider", kind)[0]
@@ -126,6 +129,7 @@ def _facts(
         agent_name=first_source(values, "agent_name", kind)[0],
         run=run_facts(values) if root else NO_RUN,
         cost_usd=cost,
+        raised=raised,
     )
 
 
@@ -150,6 +154,7 @@ def facts_from_otlp(span: Span, resource_service_name: str | None) -> SpanFacts:
         span.end_time_unix_nano,
         values,
         resource_service_name,
+        any(event.name == _EXCEPTION for event in span.events),
     )
 
 
@@ -190,6 +195,7 @@ def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
         if root
         else NO_RUN,
         cost_usd=row.get("cost_usd"),
+        raised=any(event["name"] == _EXCEPTION for event in row.get("events") or ()),
     )
 
 
@@ -211,6 +217,7 @@ _FACT_COLUMNS: Final = (
     "agent_name",
     "attributes",
     "cost_usd",
+    "events",
     *ID_KEYS,
 )
 

@@ -7,12 +7,16 @@ The signals summarise a run for sampling policies and analysis:
 * ``tool_calls`` and ``max_tool_repeat``: over first attempts of ``tool`` spans (a retried call counts
   once, so identical retries are not mistaken for a loop); the repeat count is the most calls with the
   same tool and the same arguments;
-* ``errors``: spans whose status is ERROR, every failed attempt included;
+* ``errors``: failed spans (:func:`is_failed`: status ERROR, or a boundary that can fail carrying an
+  ``exception`` event), every failed attempt included;
 * ``depth``: the deepest span's distance from its root (a root is 0); ``span_count`` counts every span;
 * ``cost_usd``: the sum of the llm spans' prices (None when one is unpriced, 0.0 with no llm span);
 * an ``llm`` span directly inside another ``llm`` span is a second instrumentation's view of the same
   model call (:func:`is_nested_call`): it counts as a span of kind ``other`` (in ``span_count``,
   ``depth`` and ``errors``), which is also how the ``spans`` table stores it;
+* an ``llm`` span that only prepares the request its sibling sends (:func:`is_preparation_span`) counts
+  as kind ``other`` too, so one model request is one ``llm`` call (the ``spans`` table keeps its kind;
+  the classifier reads it as ``other`` by the same rule);
 * a carrier (kind :data:`~tailcut.attributes.CARRIER_KIND`: a span that only carries another span's
   pieces, ``tailcut._carriers``) is no span of the run and counts in nothing.
 
@@ -37,10 +41,11 @@ Examples
 ...     SpanSignals("b", "a", "llm", input_tokens=10, output_tokens=5),  # the same call seen twice
 ...     SpanSignals("c", "r", "tool", tool_key=("tool:search", "h1")),
 ...     SpanSignals("d", "r", "tool", tool_key=("tool:search", "h1"), failed=True),
+...     SpanSignals("e", "r", "llm", preparation=True),  # prepares the request "a" sends
 ... ]
 >>> s = trace_signals(spans)
 >>> (s.llm_calls, s.total_tokens, s.tool_calls, s.max_tool_repeat, s.errors, s.depth, s.span_count)
-(1, 15, 2, 2, 1, 2, 5)
+(1, 15, 2, 2, 1, 2, 6)
 >>> row = traces_row(s, kept=True, decision_reason="embedded", decided_at_ns=0)
 >>> (row["llm_calls"], row["error_count"], row["max_depth"], row["decision_reason"])
 (1, 1, 2, 'embedded')
@@ -65,6 +70,51 @@ NESTED_CALL_KIND: Final = "llm"
 NESTED_AS: Final = "other"
 
 
+#: Span-name endings of the spans an instrumentor marks as model calls though they only prepare one
+#: (LlamaIndex under OpenInference: ``OpenAI._prepare_chat_with_tools`` beside ``OpenAI.astream_chat``, both
+#: ``LLM`` spans, the first with no response).
+PREPARATION_SPAN_SUFFIXES: Final = ("._prepare_chat_with_tools", "._prepare_chat_with_tools_async")
+_PREPARATION_SUFFIX_BYTES: Final = tuple(end.encode() for end in PREPARATION_SPAN_SUFFIXES)
+
+
+def is_preparation_span(kind: str, name: str | bytes | None) -> bool:
+    """Whether an ``llm`` span only prepares the model request its sibling sends, so that one request is
+    one ``llm`` span. The one rule for it: every writer's and the collector's ``llm_calls`` ask here, and
+    the classifier reads such a span as kind ``other`` by the same suffixes
+    (``tailcut.analysis._rules.RULE_KIND``). ``name`` may be the encoded name (the collector's).
+
+    >>> prepare, call = "OpenAI._prepare_chat_with_tools", "OpenAI.astream_chat"
+    >>> is_preparation_span("llm", prepare), is_preparation_span("llm", prepare.encode())
+    (True, True)
+    >>> is_preparation_span("llm", call), is_preparation_span("tool", prepare)
+    (False, False)
+    """
+    if kind != "llm" or not name:
+        return False
+    if isinstance(name, bytes):
+        return name.endswith(_PREPARATION_SUFFIX_BYTES)
+    return str(name).endswith(PREPARATION_SPAN_SUFFIXES)
+
+
+#: The kinds whose spans are boundaries that can fail (DESIGN.md section 5: ``error``).
+FAILING_KINDS: Final = ("tool", "retriever", "embedding", "memory", "llm")
+
+
+def is_failed(kind: str, *, error_status: bool, raised: bool) -> bool:
+    """Whether a span failed: its status is ERROR, or it is a boundary of :data:`FAILING_KINDS` that carries
+    an ``exception`` event (an instrumentor that records the exception a framework caught, status left OK).
+
+    The one definition: the ``errors`` signal counts these spans, and the classifier's ``error`` rule
+    (``tailcut.analysis._rules.failed_boundary``) finds each of them, so a trace an ``errors`` policy keeps
+    has its finding. ``kind`` is the kind the signals count the span as (a nested call or a preparation
+    span is ``other``).
+
+    >>> [is_failed(kind, error_status=False, raised=True) for kind in ("tool", "chain")]
+    [True, False]
+    """
+    return error_status or (raised and kind in FAILING_KINDS)
+
+
 def is_nested_call(kind: str, parent_kind: str | None) -> bool:
     """Whether a span is a second instrumentation's view of its parent's model call.
 
@@ -78,7 +128,7 @@ def is_nested_call(kind: str, parent_kind: str | None) -> bool:
 
 
 class SpanSignals(NamedTuple):
-    """What the signals need of one span (the first eight fields of the collector's buffered span)."""
+    """What the signals need of one span (the first ten fields of the collector's buffered span)."""
 
     span_id: Hashable
     parent_span_id: Hashable | None  # None (or empty) for a root
@@ -89,6 +139,10 @@ class SpanSignals(NamedTuple):
     input_tokens: int = 0
     output_tokens: int = 0
     schema_violations: int = 0
+    #: Whether it is an ``llm`` span that only prepares a request (:func:`is_preparation_span`).
+    preparation: bool = False
+    #: Whether it carries an ``exception`` event (``failed`` is its status; :func:`is_failed` joins them).
+    raised: bool = False
 
 
 def as_text(value: Any) -> str | None:
@@ -308,8 +362,10 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
 
     Carriers are left out. Depth follows parent links to a root, an orphan (a parent not in the trace,
     or the span itself: depth 0 there) or, on corrupt input, a cycle (counted from where it is entered).
-    Any tuple whose first eight fields are those of :class:`SpanSignals` will do, so the collector
-    passes its buffered spans as they are.
+    Any tuple whose first ten fields are those of :class:`SpanSignals` will do, so the collector
+    passes its buffered spans as they are. A nested call is judged by its parent's own kind (a span
+    inside a preparation span is nested, as the ``spans`` table stores it); a preparation span then
+    counts as kind :data:`NESTED_AS`.
     """
     spans = [span for span in spans if span[2] != CARRIER_KIND]
     by_id = {span[0]: span for span in spans}
@@ -320,6 +376,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
     add_span, add_outcome = counter.add_span, counter.add_outcome
     for span in spans:
         span_id, parent_id, kind, failed, tool_key, input_tokens, output_tokens, violations = span[:8]
+        prepares, raised = span[8], span[9]
         parent = by_id.get(parent_id) if parent_id and parent_id != span_id else None
         if parent_id and parent is None:
             orphans += 1
@@ -332,11 +389,11 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
             else:
                 depth = chain_depth(span_id, parent_id, depths, parents)
         add_span(depth)
-        if parent is not None and is_nested_call(kind, parent[2]):
-            kind = NESTED_AS  # stored as such too (tailcut.exporters normalises it so)
+        if (parent is not None and is_nested_call(kind, parent[2])) or (prepares and kind == "llm"):
+            kind = NESTED_AS  # a nested call is stored as such too (tailcut.exporters normalises it so)
         add_outcome(
             kind,
-            failed=failed,
+            failed=is_failed(kind, error_status=failed, raised=raised),
             tool_key=tool_key,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
@@ -348,9 +405,10 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
 def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None = None) -> float | None:
     """The cost of a trace: the sum of its llm spans' costs, None if one is unpriced, 0.0 if it has none.
 
-    ``spans`` are records with ``span_id``, ``parent_span_id`` and ``kind`` (:class:`SpanFacts`, the
-    collector's span records); ``cost`` gives one span's USD (default: its ``cost_usd``). A nested model
-    call is no model call (:func:`is_nested_call`): its tokens are its parent's. The sum is exact
+    ``spans`` are records with ``span_id``, ``parent_span_id``, ``kind`` and ``preparation``
+    (:class:`SpanFacts`, the collector's span records); ``cost`` gives one span's USD (default: its
+    ``cost_usd``). A nested model call is no model call (:func:`is_nested_call`): its tokens are its
+    parent's; nor is a preparation span (:func:`is_preparation_span`). The sum is exact
     (:func:`math.fsum`), so every path gives the same figure whatever order it holds the spans in.
     """
     kinds = {span.span_id: span.kind for span in spans}
@@ -358,7 +416,7 @@ def trace_cost(spans: Sequence[Any], cost: Callable[[Any], float | None] | None 
     for span in spans:
         parent = span.parent_span_id
         parent_kind = kinds.get(parent) if parent and parent != span.span_id else None
-        if span.kind != "llm" or is_nested_call(span.kind, parent_kind):
+        if span.kind != "llm" or is_nested_call(span.kind, parent_kind) or span.preparation:
             continue
         value = span.cost_usd if cost is None else cost(span)
         if value is None:
@@ -380,6 +438,7 @@ class SpanFacts:
     name: str
     #: The resolved kind (before the nested-call rule, which needs the parent and is applied per trace).
     kind: str
+    #: Its status is ERROR (:func:`is_failed` also counts ``raised`` on a boundary).
     failed: bool
     start_ns: int
     end_ns: int
@@ -395,6 +454,13 @@ class SpanFacts:
     run: RunFacts = NO_RUN
     #: USD of an llm span of a priced model (None otherwise).
     cost_usd: float | None = None
+    #: Whether it carries an ``exception`` event.
+    raised: bool = False
+
+    @property
+    def preparation(self) -> bool:
+        """Whether it only prepares a model request (:func:`is_preparation_span`)."""
+        return is_preparation_span(self.kind, self.name)
 
 
 def _first_start(span: SpanFacts) -> tuple[int, str]:
@@ -429,6 +495,8 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
             f.input_tokens,
             f.output_tokens,
             f.schema_violations,
+            f.preparation,
+            f.raised,
         )
         for f in spans
     )

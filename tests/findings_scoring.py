@@ -26,25 +26,7 @@ PAIRS: tuple[tuple[str, str], ...] = (
 )
 
 #: What the classifier does not find yet, by (framework, recorder, scenario), and why; scored as misses.
-KNOWN_GAPS: dict[tuple[str, str, str], str] = {
-    ("openai_agents", "openinference", "unexpected_argument"): (
-        "the Agents SDK drops the extra argument and runs the tool; no tool list is recorded to check it "
-        "against"
-    ),
-    ("openai_agents", "openinference", "invalid_json_arguments"): (
-        "the tool span also fails (the SDK's generic tool error), an extra error beside the schema_violation"
-    ),
-    ("langgraph", "openinference", "invalid_json_arguments"): (
-        "LangGraph ends the graph on an invalid tool call; the recorded response has no call to check"
-    ),
-    ("langgraph", "openllmetry", "invalid_json_arguments"): (
-        "LangGraph ends the graph on an invalid tool call; the recorded response has no call to check"
-    ),
-    ("langgraph", "openllmetry", "repeated_call"): (
-        "OpenLLMetry's tool input carries the call id, so identical calls hash apart (the request hash is "
-        "the collector's, not the classifier's)"
-    ),
-}
+KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 
 @dataclass

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 START = 1_767_225_600_000_000_000
 MS = 1_000_000
@@ -123,6 +123,45 @@ class Scenario:
     expected: dict[str, tuple[str, str]]
     recovered: bool | None = None
     signals: tuple[str, ...] = ()
+
+
+def _ai_message_with_invalid_call() -> str:
+    """A LangChain ``AIMessage`` as OpenInference records a step's output: the model's tool call LangChain
+    could not parse, in ``invalid_tool_calls`` with its error."""
+    error = (
+        'Function get_weather arguments:\n\n{"city": "Paris"\n\nare not valid JSON. Received JSONDecodeError '
+        "Expecting ',' delimiter: line 1 column 17 (char 16)"
+    )
+    call = {"args": '{"city": "Paris"', "error": error, "id": "call_1", "name": "get_weather"}
+    message = {"content": "", "invalid_tool_calls": [{**call, "type": "invalid_tool_call"}], "tool_calls": []}
+    return json.dumps({"messages": [{"data": message, "type": "ai"}]})
+
+
+_WEATHER_SCHEMA: Final = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def _agents_run(arguments: dict[str, str]) -> list[Span]:
+    """An Agents SDK run as OpenInference records it: the model calls ``get_weather`` with ``arguments``."""
+    call = "llm.output_messages.0.message.tool_calls.0.tool_call.function"
+    reply = {
+        "llm.output_messages.0.message.role": "assistant",
+        f"{call}.name": "get_weather",
+        f"{call}.arguments": json.dumps(arguments),
+    }
+    weather = tool("get_weather", "Support", 210, 300, arguments, '{"sky": "sunny"}')
+    weather.attributes["tool.parameters"] = json.dumps(_WEATHER_SCHEMA)
+    return [
+        Span("Agent workflow", "CHAIN", None, 0, 500),
+        Span("Support", "AGENT", "Agent workflow", 5, 495),
+        llm("generation", "Support", 10, 200, **reply),
+        weather,
+        llm("generation#2", "Support", 310, 490),
+    ]
 
 
 def _smolagents_run(*steps: Span, outcome: str | None = None) -> list[Span]:
@@ -338,6 +377,54 @@ SCENARIOS: dict[str, Scenario] = {
         {"schema_violation": ("OpenAIServerModel.generate", "tool_schema")},  # the refusal, no error
         recovered=True,
     ),
+    # LangGraph under OpenInference: LangChain could not parse the model's tool call (invalid_tool_calls on
+    # the message), the prebuilt agent ends the graph: no tool span, the step's result carries the report
+    "langgraph_invalid_tool_call": Scenario(
+        [
+            Span("LangGraph", "CHAIN", None, 0, 500),
+            Span(
+                "call_model",
+                "CHAIN",
+                "LangGraph",
+                10,
+                300,
+                {"output.value": _ai_message_with_invalid_call(), "output.mime_type": "application/json"},
+            ),
+            llm("ChatOpenAI", "call_model", 20, 290),
+            Span("should_continue", "CHAIN", "LangGraph", 310, 320, {"output.value": "__end__"}),
+        ],
+        {"schema_violation": ("ChatOpenAI", "model")},
+        recovered=True,
+    ),
+    # the OpenAI Agents SDK ran a tool with the model's broken JSON: the tool span fails with the SDK's
+    # generic error; the failure is the model's output, not the tool's
+    "openai_agents_broken_json_arguments": Scenario(
+        [
+            Span("Agent workflow", "CHAIN", None, 0, 500),
+            Span("Support", "AGENT", "Agent workflow", 5, 495),
+            llm("generation", "Support", 10, 200),
+            tool(
+                "lookup_order",
+                "Support",
+                210,
+                300,
+                '{"order_id": "M-1044"',
+                "An error occurred while running the tool. Please try again.",
+                error="Error running tool (non-fatal)",
+            ),
+            llm("generation#2", "Support", 310, 490),
+        ],
+        {"schema_violation": ("generation", "model")},
+        recovered=True,
+    ),
+    # the Agents SDK under OpenInference records no tool list on the generation span, only each tool span's
+    # tool.parameters: a call with an argument that schema forbids (the SDK drops it and runs the tool)
+    "openai_agents_extra_argument": Scenario(
+        _agents_run({"city": "Paris", "units": "kelvin"}),
+        {"schema_violation": ("generation", "tool_schema")},
+        recovered=True,
+    ),
+    "clean_agents_call_within_the_recorded_schema": Scenario(_agents_run({"city": "Paris"}), {}),
     # a run that fails with no failed boundary and no failure observation: silent_degradation
     "failed_outcome_clean_boundaries": Scenario(
         _smolagents_run(

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 from tailcut import signals
@@ -28,7 +28,7 @@ from tailcut.exporters import compute_signals, facts_from_otlp, normalize_otlp, 
 from tailcut.exporters._pieces import drop_carriers
 from tailcut.exporters._signals import trace_rows
 from tests.test_collector_helpers import attribute, write_config
-from tests.test_collector_signals import TAILCUT_SHAPES, traces
+from tests.test_collector_signals import TAILCUT_SHAPES, llamaindex_request, traces
 
 #: Columns that say how the trace was decided, not what it is (they differ between the paths).
 DECISION_COLUMNS = frozenset(
@@ -126,6 +126,7 @@ def readable(span: Span, service: str) -> ReadableSpan:
         start_time=span.start_time_unix_nano,
         end_time=span.end_time_unix_nano,
         status=Status(_STATUS[span.status.code]),
+        events=[Event(e.name, timestamp=span.end_time_unix_nano) for e in span.events],
     )
 
 
@@ -148,8 +149,25 @@ def test_the_collector_ingest_and_the_embedded_exporter_write_the_same_row(spans
     assert comparable(cheap) == mine
 
 
+def test_one_model_request_is_one_llm_call_on_every_path():
+    """LlamaIndex's preparation span beside the call it prepares (issue 27): ``llm_calls`` 1, not 2."""
+    spans = llamaindex_request()
+    body = request(spans).SerializeToString()
+    rows = [collector_row(body), ingest_row(body), embedded_row(spans)]
+    assert [(r["llm_calls"], r["input_tokens"], r["error_count"]) for r in rows] == [(1, 30, 1)] * 3
+
+
 def _attributes(span: Span) -> dict[str, object]:
     return {kv.key: _value(kv.value) for kv in span.attributes}
+
+
+def as_recorded_by_the_sdk(span: Span) -> Span:
+    """``span`` as tailcut's recorder would write it: it records an exception only with status ERROR."""
+    copy = Span()
+    copy.CopyFrom(span)
+    if copy.status.code != 2:
+        del copy.events[:]
+    return copy
 
 
 def sdk_signals(spans: list[Span]) -> signals.TraceSignals:
@@ -188,6 +206,7 @@ def test_the_sdk_s_root_counts_are_the_row_s_for_a_trace_of_its_own_process(span
     # model call inside another (that takes a second instrumentation).
     kinds = {s.span_id: _attributes(s).get("tailcut.kind") for s in spans}
     assume(not any(kinds[s.span_id] == "llm" == kinds.get(s.parent_span_id) for s in spans))
+    spans = [as_recorded_by_the_sdk(s) for s in spans]
     row = collector_row(request(spans).SerializeToString())
     assert sdk_signals(spans).as_attributes() == {
         "tailcut.trace.llm_calls": row["llm_calls"],

@@ -95,6 +95,11 @@ from typing import Any, Final, Literal, NamedTuple
 from tailcut import attributes as attr
 from tailcut.exporters.conventions import names as n
 
+# The preparation-span rule (one model request is one ``llm`` span) lives with the trace signals, which the
+# SDK computes without importing this package; re-exported here beside the rest of the kind mapping.
+from tailcut.signals import PREPARATION_SPAN_SUFFIXES as PREPARATION_SPAN_SUFFIXES
+from tailcut.signals import is_preparation_span as is_preparation_span
+
 #: Every attribute :func:`resolve_kind` reads (a collector extracting facts needs only these for the kind).
 KIND_KEYS: Final = frozenset(
     {
@@ -342,21 +347,3 @@ def synthetic_boundary(
     if kind == "llm":
         return f"llm:{provider or 'unknown'}.{operation or 'chat'}"
     return f"{kind}:{name}"
-
-
-#: Span-name endings of the spans an instrumentor marks as model calls though they only prepare one
-#: (LlamaIndex under OpenInference: ``OpenAI._prepare_chat_with_tools`` beside ``OpenAI.astream_chat``, both
-#: ``LLM`` spans, the first with no response).
-PREPARATION_SPAN_SUFFIXES: Final = ("._prepare_chat_with_tools", "._prepare_chat_with_tools_async")
-
-
-def is_preparation_span(kind: str, name: str | None) -> bool:
-    """Whether an ``llm`` span only prepares the model request its sibling sends (so one request is one
-    ``llm`` span). The one rule for it: the trace signals' ``llm_calls`` and the classifier both ask here.
-
-    >>> is_preparation_span("llm", "OpenAI._prepare_chat_with_tools")
-    True
-    >>> is_preparation_span("llm", "OpenAI.astream_chat")
-    False
-    """
-    return kind == "llm" and bool(name) and str(name).endswith(PREPARATION_SPAN_SUFFIXES)

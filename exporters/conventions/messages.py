@@ -331,12 +331,27 @@ def _first(a: Mapping[str, Any], consumed: set[str], keys: tuple[str, ...]) -> A
 
 
 def _tool_request(a: Mapping[str, Any], consumed: set[str]) -> Any:
+    before = set(consumed)
     value = _first(a, consumed, (attr.GEN_AI_TOOL_CALL_ARGUMENTS, n.OI_TOOL_CALL_ARGUMENTS))
     if value is _MISSING:
         value = _mime_value(a, consumed, n.OI_INPUT_VALUE, n.OI_INPUT_MIME_TYPE)
     if value is _MISSING:
         value = _first(a, consumed, (n.TRACELOOP_ENTITY_INPUT,))
+    arguments = callback_arguments(value)
+    if arguments is not _MISSING:  # the envelope stays an attribute: only the arguments are the request
+        consumed.intersection_update(before)
+        value = arguments
     return value
+
+
+def callback_arguments(value: Any) -> Any:
+    """The arguments of OpenLLMetry's LangChain tool callback input ``{"input_str": ..., "inputs": {...},
+    "kwargs": {"tool_call_id": ...}, "metadata": {...}}`` (its ``inputs``; ``input_str`` is their repr),
+    else a marker that it is none. The envelope carries the call's id and the graph step, so two identical
+    calls would otherwise be two different requests (and never a repeated call, ``tool_loop``)."""
+    if isinstance(value, dict) and "input_str" in value and isinstance(value.get("inputs"), dict):
+        return value["inputs"]
+    return _MISSING
 
 
 def _generic_request(a: Mapping[str, Any], consumed: set[str]) -> Any:

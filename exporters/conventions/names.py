@@ -53,6 +53,7 @@ OI_RERANKER_MODEL_NAME: Final = "reranker.model_name"
 OI_RETRIEVAL_DOCUMENTS: Final = "retrieval.documents"  # retrieval.documents.N.document.*
 OI_TOOL_NAME: Final = "tool.name"
 OI_TOOL_ID: Final = "tool.id"
+OI_TOOL_PARAMETERS: Final = "tool.parameters"  # on TOOL spans: the JSON Schema of the tool's arguments
 OI_TOOL_CALL_ID: Final = "tool_call.id"
 OI_TOOL_CALL_ARGUMENTS: Final = "tool_call.function.arguments"
 OI_AGENT_NAME: Final = "agent.name"

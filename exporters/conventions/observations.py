@@ -28,6 +28,10 @@ report (``name``)                  finding, layer         text, as the framework
                                                           invalid``
 ``smolagents.tool_call_parsing``   schema_violation,      ``Error while parsing tool call from model
                                    model                  output``, ``The JSON blob you used is invalid``
+``langchain.invalid_tool_call``    schema_violation,      ``Function X arguments: ... are not valid JSON.
+                                   model                  Received JSONDecodeError ...``: LangChain's parse
+                                                          error of the model's tool call, kept in the
+                                                          message's ``invalid_tool_calls`` (a step's result)
 ``langgraph.invalid_tool``         schema_violation,      ``Error: X is not a valid tool, try one of [...]``
                                    tool_schema            (ToolNode's INVALID_TOOL_NAME_ERROR_TEMPLATE)
 ``langgraph.tool_error``           error                  ``Error: ...\\n Please fix your mistakes.``
@@ -53,6 +57,10 @@ report (``name``)                  finding, layer         text, as the framework
 ``timeout``                        error                  a result that starts with a timeout (``Timeout``,
                                                           ``Request timed out``), or a timeout exception name
 =================================  =====================  ===================================================
+
+The result of a step that is no boundary (a chain, agent or llm span) is read only from a LangChain
+message's non-empty ``invalid_tool_calls`` on (:data:`INVALID_TOOL_CALLS`): the framework's record that it
+could not parse the model's tool call, which LangGraph's prebuilt agent then ends on without a tool span.
 
 The HTTP and timeout patterns look at the start of a result or at exception names only, so a clean result
 that merely mentions "404" is not a failure. Patterns are regular expressions that both Python's ``re``
@@ -179,6 +187,13 @@ RULES: Final[tuple[ObservationRule, ...]] = (
         "model",
     ),
     _R(
+        "langchain.invalid_tool_call",
+        r"are not valid JSON\. Received JSONDecodeError",
+        "tool_exception",
+        "schema_violation",
+        "model",
+    ),
+    _R(
         "langgraph.invalid_tool",
         r"is not a valid tool, try one of \[",
         "tool_exception",
@@ -269,6 +284,10 @@ KINDS: Final[tuple[tuple[str, str], ...]] = (
 #: (``output.kwargs.content``), LangChain's own serialisation (``kwargs.content``), and any
 #: ``{"content": ...}`` message. The text is searched first.
 RESULT_TEXT_PATHS: Final = ("$.content", "$.data.content", "$.kwargs.content", "$.output.kwargs.content")
+
+#: Where a LangChain message's parse errors of the model's tool calls start in a result (canonical JSON: its
+#: ``invalid_tool_calls`` with at least one entry, each ``{"args", "error", "id", "name", "type"}``).
+INVALID_TOOL_CALLS: Final = '"invalid_tool_calls":[{'
 
 #: Evidence quotes at most this many characters of the text, from where the report starts.
 QUOTE_CHARS: Final = 160
