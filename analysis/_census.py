@@ -33,11 +33,13 @@ kept trace (:func:`build`); otherwise the category takes the sampled path (1/π 
 the baseline slice) and the comparison says why. The kept traces include the uniform baseline slice, so
 a rule that differed on the traffic at large would show there.
 
-**One read of each table.** ``tailcut compare`` is a gate, run on every build, so it reads ``traces`` once
-(the columns of :data:`READ` only, with each group's membership decided in the same pass:
-:func:`build`'s ``groups``) and the stored findings once (:data:`FOUND`, one row per trace), and everything
-after (the reference, the flags, the agreement check, both groups' census counts in one grouped query,
-both groups' kept traces in one query) reads those small in-memory tables.
+**What compare reads.** ``tailcut compare`` is a gate, run on every build. It reads of ``traces`` the
+columns of :data:`READ` alone, deciding each row's group in the same statement as its flags
+(:func:`build`'s ``groups``), and the stored findings once (:data:`FOUND`, one row per trace); both
+groups' census counts then come from one grouped query and both groups' kept traces from one query over
+those in-memory tables. (DuckDB inlines the ``traces`` CTE of that statement, scanning the file's
+columns where the reference and the flags each need them: cheaper than materializing every row's
+twenty columns, measured on the benchmark's 73k traces.)
 """
 
 from __future__ import annotations
@@ -112,8 +114,8 @@ def _flags() -> dict[str, str]:
 
 def _census_sql(groups: int) -> str:
     """The ``_census`` table: every ``traces`` row's flags, the columns a sample needs and, for each of
-    ``groups`` groups, whether the row is in it (``in_0``, ``in_1``...: the predicates ``$group_<i>``
-    are spliced in by :func:`build`). ``traces`` is read once, the :data:`READ` columns only: the CTE named
+    ``groups`` groups, whether the row is in it (``in_0``, ``in_1``...: the predicates ``{group_<i>}``
+    are spliced in by :func:`build`). Only the :data:`READ` columns of ``traces`` are read: the CTE named
     ``traces`` shadows the view for the reference (:data:`._rules._REFERENCE_SAMPLE`) and the flags."""
     flags = _flags()
     selected = ", ".join(f"coalesce({sql}, false) AS flag_{c}" for c, sql in flags.items())

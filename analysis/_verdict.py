@@ -23,6 +23,7 @@ rather than from the agent, never a claim of change, so it is not adjusted. Anyt
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,12 +68,15 @@ class PopulationSample:
     inclusion_probability: Sequence[float]
     size: int
 
+    @functools.cached_property
+    def _rate(self) -> stats.HorvitzThompsonRate:
+        """The sums over the kept traces, once: a p-value asks for the rate at many levels."""
+        hits = np.asarray(self.hits, dtype=np.float64)
+        return stats.HorvitzThompsonRate.of(hits, self.inclusion_probability, self.size)
+
     def estimate(self, confidence: float = stats.DEFAULT_CONFIDENCE) -> stats.Estimate:
         """The Horvitz–Thompson rate with N known (:func:`~.stats.horvitz_thompson_proportion`)."""
-        hits = np.asarray(self.hits, dtype=np.float64)
-        return stats.horvitz_thompson_proportion(
-            hits, self.inclusion_probability, self.size, confidence=confidence
-        )
+        return self._rate.estimate(confidence)
 
 
 @dataclass(frozen=True)

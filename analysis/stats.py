@@ -58,6 +58,7 @@ from tailcut.errors import TailcutError
 __all__ = [
     "Difference",
     "Estimate",
+    "HorvitzThompsonRate",
     "McNemarTest",
     "StatisticsInputError",
     "ValueEstimate",
@@ -626,46 +627,121 @@ def horvitz_thompson_proportion(
     >>> print(horvitz_thompson_proportion([1] * 30 + [0] * 70, [1.0] * 100, population_size=1000))
     3.0% [2.1%, 4.3%] (n=100, kept (1/π weighted))
     """
-    _check_choice(sample, get_args(Sample), "sample")
-    y, pi = _values_and_probabilities(_indicator(indicator), inclusion_probabilities)
-    check_count(population_size, "population_size")
-    if population_size < y.size:
-        raise StatisticsInputError(
-            f"population_size ({population_size}) is smaller than the {y.size} kept traces given"
+    return HorvitzThompsonRate.of(
+        indicator, inclusion_probabilities, population_size, sample=sample
+    ).estimate(confidence)
+
+
+@dataclass(frozen=True)
+class HorvitzThompsonRate:
+    """The sums :func:`horvitz_thompson_proportion` needs from the kept traces, computed once.
+
+    A verdict asks for the same rate at many levels (inverting an interval into a p-value bisects on
+    the level), and every sum over the kept traces is the same at each: :meth:`estimate` then costs a
+    few floating-point operations instead of a pass over the traces. Build it with :meth:`of`.
+
+    Attributes
+    ----------
+    kept : int
+        Kept traces given.
+    population_size : int
+        N, traces seen.
+    count : float
+        ``Σ y/π``, the estimated count.
+    one_probability : bool
+        Whether the π < 1 traces share one probability (some exist and all are equal).
+    certain_hits, certain : float, int
+        Hits among the π = 1 traces, and their number.
+    sampled_hits, sampled : float, int
+        Hits among the π < 1 traces, and their number.
+    variance_sum : float
+        ``Σ (1 − π)/π² · y``, the sampled part of the linearized variance.
+    sample : str
+        The rows' sample label.
+    """
+
+    kept: int
+    population_size: int
+    count: float
+    one_probability: bool
+    certain_hits: float
+    certain: int
+    sampled_hits: float
+    sampled: int
+    variance_sum: float
+    sample: Sample = WEIGHTED
+
+    @classmethod
+    def of(
+        cls,
+        indicator: ArrayLike,
+        inclusion_probabilities: ArrayLike,
+        population_size: int,
+        *,
+        sample: Sample = WEIGHTED,
+    ) -> HorvitzThompsonRate:
+        """The sums of kept traces (``indicator``, each one's π) among ``population_size`` traces seen.
+
+        Raises
+        ------
+        StatisticsInputError
+            As :func:`horvitz_thompson_proportion`.
+        """
+        _check_choice(sample, get_args(Sample), "sample")
+        y, pi = _values_and_probabilities(_indicator(indicator), inclusion_probabilities)
+        check_count(population_size, "population_size")
+        if population_size < y.size:
+            raise StatisticsInputError(
+                f"population_size ({population_size}) is smaller than the {y.size} kept traces given"
+            )
+        sampled = pi < 1
+        return cls(
+            kept=int(y.size),
+            population_size=int(population_size),
+            count=float(np.sum(y / pi)),
+            one_probability=bool(sampled.any() and np.ptp(pi[sampled]) == 0),
+            certain_hits=float(y[~sampled].sum()),
+            certain=int((~sampled).sum()),
+            sampled_hits=float(y[sampled].sum()),
+            sampled=int(sampled.sum()),
+            variance_sum=float(np.sum((1 - pi) / pi**2 * y)),
+            sample=sample,
         )
-    n = population_size
-    count = float(np.sum(y / pi))
-    p = min(count / n, 1.0)
-    sampled = pi < 1
-    if sampled.any() and np.ptp(pi[sampled]) == 0:
-        census_hits = float(y[~sampled].sum())
-        rest = n - int((~sampled).sum())
-        a, (a_low, a_high) = census_hits / n, wilson_interval(census_hits, n, confidence=confidence)
-        r_hits, r_n = float(y[sampled].sum()), int(sampled.sum())
-        r_low, r_high = wilson_interval(r_hits, r_n, confidence=confidence)
-        scale = rest / n
-        b, b_low, b_high = scale * r_hits / r_n, scale * r_low, scale * r_high
-        p = min(a + b, 1.0)
-        low = max(0.0, p - math.hypot(a - a_low, b - b_low))
-        high = min(1.0, p + math.hypot(a_high - a, b_high - b))
-        half = (high - low) / 2
-        z = _z(confidence)
-        n_effective = p * (1 - p) * (z / half) ** 2 if 0 < p < 1 and half > 0 else float(n)
-    else:
-        variance = p * (1 - p) / n + float(np.sum((1 - pi) / pi**2 * y)) / n**2
-        n_effective = p * (1 - p) / variance if 0 < p < 1 and variance > 0 else float(n)
-        low, high = wilson_interval(p * n_effective, n_effective, confidence=confidence)
-    return Estimate(
-        value=p,
-        low=low,
-        high=high,
-        n=int(y.size),
-        n_effective=float(n_effective),
-        successes=count,
-        method="horvitz-thompson",
-        sample=sample,
-        confidence=confidence,
-    )
+
+    def estimate(self, confidence: float = DEFAULT_CONFIDENCE) -> Estimate:
+        """The rate and its interval at ``confidence`` (see :func:`horvitz_thompson_proportion`)."""
+        n = self.population_size
+        count = self.count
+        p = min(count / n, 1.0)
+        if self.one_probability:
+            census_hits = self.certain_hits
+            rest = n - self.certain
+            a, (a_low, a_high) = census_hits / n, wilson_interval(census_hits, n, confidence=confidence)
+            r_hits, r_n = self.sampled_hits, self.sampled
+            r_low, r_high = wilson_interval(r_hits, r_n, confidence=confidence)
+            scale = rest / n
+            b, b_low, b_high = scale * r_hits / r_n, scale * r_low, scale * r_high
+            p = min(a + b, 1.0)
+            low = max(0.0, p - math.hypot(a - a_low, b - b_low))
+            high = min(1.0, p + math.hypot(a_high - a, b_high - b))
+            half = (high - low) / 2
+            z = _z(confidence)
+            n_effective = p * (1 - p) * (z / half) ** 2 if 0 < p < 1 and half > 0 else float(n)
+        else:
+            variance = p * (1 - p) / n + self.variance_sum / n**2
+            n_effective = p * (1 - p) / variance if 0 < p < 1 and variance > 0 else float(n)
+            low, high = wilson_interval(p * n_effective, n_effective, confidence=confidence)
+        return Estimate(
+            value=p,
+            low=low,
+            high=high,
+            n=self.kept,
+            n_effective=float(n_effective),
+            successes=count,
+            method="horvitz-thompson",
+            sample=self.sample,
+            confidence=confidence,
+        )
 
 
 # ------------------------------------------------------------------------------------------- differences
