@@ -23,6 +23,7 @@ trace seen stands for ``1/head`` traces instead: π itself over N = Σ 1/head.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -93,6 +94,15 @@ class GroupSample:
             self.size >= self.population or bool((np.asarray(self.inclusion_probability) < 1).any())
         )
 
+    @functools.cached_property
+    def _populations(self) -> dict[str, PopulationSample]:
+        """Each category's kept traces for its 1/π rate, made once (each caches its sums): the verdict
+        and the rate beside it ask for the same one."""
+        return {
+            category: PopulationSample(hits, self.inclusion_probability, self.population)
+            for category, hits in self.hits.items()
+        }
+
     def census_count(self, category: str) -> CensusCount | None:
         """The census of ``category`` in this group, when the category is a census category here."""
         census, coverage = self.census, self.coverage
@@ -111,9 +121,7 @@ class GroupSample:
             baseline_n=int(np.count_nonzero(baseline)),
             tail_hits=int(np.count_nonzero(hits & tail)),
             tail_n=int(np.count_nonzero(tail)),
-            population=PopulationSample(hits, self.inclusion_probability, self.population)
-            if self.represented
-            else None,
+            population=self._populations[category] if self.represented else None,
             census=self.census_count(category),
         )
 
@@ -121,8 +129,7 @@ class GroupSample:
         """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
         counts = self.counts(category)
-        sample = PopulationSample(hits, self.inclusion_probability, self.population) if self.size else None
-        weighted = sample.estimate() if sample is not None else None
+        weighted = self._populations[category].estimate() if self.size else None
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
             if counts.baseline_n
