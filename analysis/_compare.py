@@ -53,6 +53,7 @@ class CategoryComparison:
             "reason": verdict.reason,
             "p_value": verdict.p_value,
             "adjusted_p_value": verdict.adjusted_p_value,
+            "test": verdict.test,
             "confidence": verdict.confidence,
             "estimate": verdict.estimate,
             "census": difference_record(verdict.census),
@@ -174,7 +175,8 @@ class Comparison:
             table.add_row(
                 row.category,
                 f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]\non {verdict.estimate or '-'}",
-                f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}",
+                f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}"
+                + (f"\n({verdict.test}, exact)" if verdict.test != "newcombe" else ""),
                 _detectable(row.guidance),
                 _difference_cell(verdict.census),
                 _difference_cell(verdict.population, rates=True),
@@ -191,8 +193,10 @@ class Comparison:
             f"among tail-kept traces is 'confined to tail sample'. Family-wise error rate "
             f"{1 - self.confidence:.0%} over {len(self.categories)} categories (Holm): each row's census, "
             "population and baseline intervals are at its Holm level (the tail-kept one at "
-            f"{self.confidence:.0%}), p is Holm-adjusted. 'detectable' is the smallest rise the verdict's "
-            "test detects 80% of the time at the sizes in hand."
+            f"{self.confidence:.0%}), p is Holm-adjusted: from Newcombe's interval, or where a census "
+            "table has an expected count under 5, from an exact one-sided test of a rise (Boschloo's, "
+            "or Fisher's for large groups; such a row is never an improvement). 'detectable' is the "
+            "smallest rise the verdict's test detects 80% of the time at the sizes in hand."
         )
         for row in self.categories:
             hint = row.guidance.hint()

@@ -4,8 +4,9 @@ Two harness revisions (300 traces each, planted at known rates) go through the r
 errors policy, a latency policy and a 10% baseline slice. The comparison is checked two ways:
 
 * **from first principles**: each census count is the number of traces planted with the category, the
-  traces seen and kept are the data dir's, and each census interval is Newcombe's (statsmodels'
-  ``newcomb``) at the row's Holm level;
+  traces seen and kept are the data dir's, each census interval is Newcombe's (statsmodels'
+  ``newcomb``) at the row's Holm level, and each row's ``test`` is the exact one where the census table
+  has an expected count under 5;
 * **against a stored expectation** (``fixtures/census_compare.json``): every key the stored comparison
   has (by revision and by time window) has the same value now, to the last bit of every float. It was
   written by the comparison before it was restructured to read each table once (so a change of how the
@@ -26,6 +27,7 @@ import pytest
 from statsmodels.stats.proportion import confint_proportions_2indep
 
 from tailcut.analysis import Dataset, compare_by, compare_windows
+from tailcut.analysis.stats import smallest_expected_count
 from tests.census_support import EPOCH_NS, PLANTED, Run, draw, feed, truth
 
 pytestmark = pytest.mark.slow
@@ -74,11 +76,21 @@ def test_the_census_counts_are_what_was_planted(compared):
         assert (census["a"]["numerator"], census["a"]["denominator"]) == (a, PER_GROUP)
         assert (census["b"]["numerator"], census["b"]["denominator"]) == (b, PER_GROUP)
         assert row["estimate"] == "census"
+        small = smallest_expected_count(b, PER_GROUP, a, PER_GROUP) < 5
+        assert row["test"] == (
+            "fisher" if small else "newcombe"
+        )  # 301 x 301 tables: Fisher's, not Boschloo's
         alpha = 1 - row["confidence"]
         low, high = confint_proportions_2indep(b, PER_GROUP, a, PER_GROUP, method="newcomb", alpha=alpha)
         assert census["low"] == pytest.approx(low, abs=1e-9) and census["high"] == pytest.approx(
             high, abs=1e-9
         )
+    for row in rows.values():  # no hits in either group: the exact test, which sees no rise
+        if (
+            row["census"] is not None
+            and row["census"]["a"]["numerator"] == row["census"]["b"]["numerator"] == 0
+        ):
+            assert (row["test"], row["p_value"], row["verdict"]) == ("fisher", 1.0, "no evidence")
     assert records["windows"]["a"]["seen"] == records["windows"]["b"]["seen"] == PER_GROUP
 
 
