@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailcut.analysis import _census, stats
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import AnalysisError, maps_errors
-from tailcut.analysis._estimates import CategoryRate, GroupSample, group_sample
+from tailcut.analysis._estimates import CategoryRate, GroupSample, group_samples
 from tailcut.analysis._power import POWER, Guidance, guidance, traces_per_group
 from tailcut.analysis._records import difference_record
 from tailcut.analysis._verdict import ADJUSTMENT, Verdict, compare_groups
@@ -53,6 +53,7 @@ class CategoryComparison:
             "reason": verdict.reason,
             "p_value": verdict.p_value,
             "adjusted_p_value": verdict.adjusted_p_value,
+            "test": verdict.test,
             "confidence": verdict.confidence,
             "estimate": verdict.estimate,
             "census": difference_record(verdict.census),
@@ -174,7 +175,8 @@ class Comparison:
             table.add_row(
                 row.category,
                 f"[{styles.get(verdict.label, 'dim')}]{verdict.label}[/]\non {verdict.estimate or '-'}",
-                f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}",
+                f"{verdict.confidence:.2%}\np={_p(verdict.adjusted_p_value)}"
+                + (f"\n({verdict.test}, exact)" if verdict.test != "newcombe" else ""),
                 _detectable(row.guidance),
                 _difference_cell(verdict.census),
                 _difference_cell(verdict.population, rates=True),
@@ -191,8 +193,10 @@ class Comparison:
             f"among tail-kept traces is 'confined to tail sample'. Family-wise error rate "
             f"{1 - self.confidence:.0%} over {len(self.categories)} categories (Holm): each row's census, "
             "population and baseline intervals are at its Holm level (the tail-kept one at "
-            f"{self.confidence:.0%}), p is Holm-adjusted. 'detectable' is the smallest rise the verdict's "
-            "test detects 80% of the time at the sizes in hand."
+            f"{self.confidence:.0%}), p is Holm-adjusted: from Newcombe's interval, or where a census "
+            "table has an expected count under 5, from an exact one-sided test of a rise (Boschloo's, "
+            "or Fisher's for large groups; such a row is never an improvement). 'detectable' is the "
+            "smallest rise the verdict's test detects 80% of the time at the sizes in hand."
         )
         for row in self.categories:
             hint = row.guidance.hint()
@@ -300,21 +304,16 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
     if column not in columns:
         raise AnalysisError(f"traces has no column {column!r}; choose one of: {', '.join(columns)}")
     predicate = f'CAST("{column}" AS VARCHAR) = ?'
-    coverage = _census.build(dataset)
-    counts = []
-    for value in (first, second):
-        census = _census.group_census(dataset, predicate, [value])
-        if not census.seen:
-            present = dataset.sql_arrow(f'SELECT DISTINCT CAST("{column}" AS VARCHAR) AS v FROM traces')
-            raise AnalysisError(
-                f"no trace has {column} = {value!r}; values present: "
-                f"{', '.join(labels_of(present.column('v').to_pylist())) or 'none'}"
-            )
-        counts.append(census)
-    groups = (
-        group_sample(dataset, predicate, [first], coverage=coverage, census=counts[0]),
-        group_sample(dataset, predicate, [second], coverage=coverage, census=counts[1]),
-    )
+
+    def missing(value: str) -> AnalysisError:
+        present = dataset.sql_arrow(f'SELECT DISTINCT CAST("{column}" AS VARCHAR) AS v FROM traces')
+        return AnalysisError(
+            f"no trace has {column} = {value!r}; values present: "
+            f"{', '.join(labels_of(present.column('v').to_pylist())) or 'none'}"
+        )
+
+    values = (first, second)
+    coverage, groups = _groups(dataset, predicate, ([first], [second]), lambda i: missing(values[i]))
     return _compare(f"{column}: {first} → {second}", (first, second), groups, coverage)
 
 
@@ -341,18 +340,30 @@ def compare_windows(
         bounds.append((start, end))
     predicate = "start_time >= ? AND start_time < ?"
     labels = tuple(f"{s:%Y-%m-%d %H:%M}..{e:%Y-%m-%d %H:%M}" for s, e in bounds)
-    coverage = _census.build(dataset)
-    counts = []
-    for label, window in zip(labels, bounds, strict=True):
-        census = _census.group_census(dataset, predicate, window)
-        if not census.seen:
-            raise AnalysisError(f"no trace started in window {label}; choose a window with traffic")
-        counts.append(census)
-    groups = (
-        group_sample(dataset, predicate, bounds[0], coverage=coverage, census=counts[0]),
-        group_sample(dataset, predicate, bounds[1], coverage=coverage, census=counts[1]),
-    )
+
+    def empty(i: int) -> AnalysisError:
+        return AnalysisError(f"no trace started in window {labels[i]}; choose a window with traffic")
+
+    coverage, groups = _groups(dataset, predicate, (bounds[0], bounds[1]), empty)
     return _compare(f"window {labels[0]} → {labels[1]}", (labels[0], labels[1]), groups, coverage)
+
+
+def _groups(
+    dataset: Dataset,
+    predicate: str,
+    params: tuple[Sequence[Any], Sequence[Any]],
+    empty: Callable[[int], AnalysisError],
+) -> tuple[_census.CensusCoverage, tuple[GroupSample, GroupSample]]:
+    """Both groups (``predicate`` over ``traces`` with each group's ``params``) from one read of ``traces``
+    and of the findings: the census flags with each trace's group, both census counts in one query, both
+    samples of kept traces in another. ``empty(i)`` is raised when no trace is in group ``i``."""
+    coverage = _census.build(dataset, groups=[(predicate, params[0]), (predicate, params[1])])
+    counts = _census.groups_census(dataset, 2)
+    for i, census in enumerate(counts):
+        if not census.seen:
+            raise empty(i)
+    first, second = group_samples(dataset, coverage, counts)
+    return coverage, (first, second)
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:

@@ -23,23 +23,24 @@ trace seen stands for ``1/head`` traces instead: π itself over N = Σ 1/head.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tailcut.analysis import stats
+from tailcut.analysis import _census, stats
+from tailcut.analysis._census import TAIL_KEPT as TAIL_KEPT
 from tailcut.analysis._census import CensusCounts, CensusCoverage, group_census
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import maps_errors
 from tailcut.analysis._verdict import CensusCount, GroupCounts, PopulationSample
 
 if TYPE_CHECKING:
-    from tailcut.analysis._dataset import Dataset
+    import pyarrow as pa
 
-#: SQL predicate (over ``traces``) of a tail-kept trace.
-TAIL_KEPT: Final = "(kept AND (NOT baseline OR inclusion_probability >= coalesce(head_probability, 1.0)))"
+    from tailcut.analysis._dataset import Dataset
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,15 @@ class GroupSample:
             self.size >= self.population or bool((np.asarray(self.inclusion_probability) < 1).any())
         )
 
+    @functools.cached_property
+    def _populations(self) -> dict[str, PopulationSample]:
+        """Each category's kept traces for its 1/π rate, made once (each caches its sums): the verdict
+        and the rate beside it ask for the same one."""
+        return {
+            category: PopulationSample(hits, self.inclusion_probability, self.population)
+            for category, hits in self.hits.items()
+        }
+
     def census_count(self, category: str) -> CensusCount | None:
         """The census of ``category`` in this group, when the category is a census category here."""
         census, coverage = self.census, self.coverage
@@ -111,9 +121,7 @@ class GroupSample:
             baseline_n=int(np.count_nonzero(baseline)),
             tail_hits=int(np.count_nonzero(hits & tail)),
             tail_n=int(np.count_nonzero(tail)),
-            population=PopulationSample(hits, self.inclusion_probability, self.population)
-            if self.represented
-            else None,
+            population=self._populations[category] if self.represented else None,
             census=self.census_count(category),
         )
 
@@ -121,8 +129,7 @@ class GroupSample:
         """The Horvitz–Thompson and baseline-slice estimates of one category."""
         hits = self.hits[category]
         counts = self.counts(category)
-        sample = PopulationSample(hits, self.inclusion_probability, self.population) if self.size else None
-        weighted = sample.estimate() if sample is not None else None
+        weighted = self._populations[category].estimate() if self.size else None
         baseline = (
             stats.proportion(counts.baseline_hits, counts.baseline_n, sample="baseline slice")
             if counts.baseline_n
@@ -154,20 +161,22 @@ def group_sample(
         counts come along.
     census : CensusCounts, optional
         The group's census counts when the caller has them already (:func:`._census.group_census`).
+
+    See Also
+    --------
+    group_samples : a comparison's groups, from the tables :func:`._census.build` filled.
     """
-    dataset.ensure_findings()
+    _census.fill_found(dataset)
     table = dataset.sql_arrow(
         f"""
-        SELECT t.trace_id, t.inclusion_probability, coalesce(t.head_probability, 1) AS head, t.baseline,
-               {TAIL_KEPT} AS tail,
-               coalesce(list(DISTINCT f.category) FILTER (WHERE f.category IS NOT NULL), []) AS categories
-        FROM traces t LEFT JOIN findings f USING (trace_id)
+        SELECT DISTINCT t.trace_id, t.inclusion_probability, coalesce(t.head_probability, 1) AS head,
+               t.baseline, {TAIL_KEPT} AS tail, {_census.found_columns()}
+        FROM traces t LEFT JOIN {_census.FOUND} f USING (trace_id)
         WHERE t.kept AND ({where})
-        GROUP BY ALL ORDER BY t.trace_id
+        ORDER BY t.trace_id
         """,
         params=list(params),
     )
-    categories = table.column("categories").to_pylist()
     if census is None and coverage is not None:
         census = group_census(dataset, where, params)
     if census is not None:  # it counted the traces seen at each head probability
@@ -179,8 +188,52 @@ def group_sample(
             f"head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
             params=list(params),
         ).row(0)
-    pi = table.column("inclusion_probability").to_numpy(zero_copy_only=False).astype(np.float64)
-    head = table.column("head").to_numpy(zero_copy_only=False).astype(np.float64)
+    return _sample(table, seen, weighted, heads, census=census, coverage=coverage)
+
+
+def group_samples(
+    dataset: Dataset, coverage: CensusCoverage, censuses: Sequence[CensusCounts]
+) -> list[GroupSample]:
+    """Each group's :class:`GroupSample` from the tables :func:`._census.build` filled with ``groups``
+    (the kept traces of every group in one query; ``censuses`` from :func:`._census.groups_census`):
+    the same samples as :func:`group_sample` of each group's predicate, without reading ``traces`` or the
+    findings again."""
+    members = [f"c.in_{i}" for i in range(len(censuses))]
+    table = dataset.sql_arrow(
+        f"""
+        SELECT DISTINCT c.trace_id, c.inclusion_probability, c.head, c.baseline, c.tail,
+               {", ".join(members)}, {_census.found_columns()}
+        FROM {_census.TABLE} c LEFT JOIN {_census.FOUND} f USING (trace_id)
+        WHERE c.kept AND ({" OR ".join(members)})
+        ORDER BY c.trace_id
+        """
+    )
+    samples = []
+    for i, census in enumerate(censuses):
+        mine = table.filter(table.column(f"in_{i}"))
+        weighted = sum(n / h for h, n in census.heads)
+        samples.append(
+            _sample(mine, census.seen, weighted, len(census.heads), census=census, coverage=coverage)
+        )
+    return samples
+
+
+def _sample(
+    table: pa.Table,
+    seen: int,
+    weighted: float,
+    heads: int,
+    *,
+    census: CensusCounts | None,
+    coverage: CensusCoverage | None,
+) -> GroupSample:
+    """A :class:`GroupSample` from a group's kept traces (a row each: π, head probability, baseline, tail,
+    and a column per category) and its traces seen (``seen``; ``weighted``: Σ 1/head over them)."""
+
+    def column(name: str, dtype: type) -> np.ndarray:
+        return table.column(name).to_numpy(zero_copy_only=False).astype(dtype)
+
+    pi, head = column("inclusion_probability", np.float64), column("head", np.float64)
     if heads <= 1:  # one head probability: the traces seen are a uniform sample; the tail stage's pi
         probabilities, population = pi / head, seen
     else:
@@ -188,9 +241,9 @@ def group_sample(
     return GroupSample(
         population=population,
         inclusion_probability=probabilities,
-        baseline=table.column("baseline").to_numpy(zero_copy_only=False).astype(bool),
-        tail=table.column("tail").to_numpy(zero_copy_only=False).astype(bool),
-        hits={c: np.array([c in found for found in categories], dtype=bool) for c in CATEGORIES},
+        baseline=column("baseline", bool),
+        tail=column("tail", bool),
+        hits={c: column(c, bool) for c in CATEGORIES},
         census=census,
         coverage=coverage,
     )

@@ -2,15 +2,19 @@
 
 A verdict rests on the *representative* difference of one failure category from group A to group B: the
 census rates when the category is a census category (every trace seen counted from its ``traces`` row,
-:mod:`._census`: an exact count, and a test about the process producing traces), else the population
-rates (kept traces weighted by 1/π over every trace seen) when both groups have one, else the baseline
-slice. Each category is one test of "no change" (Newcombe's interval inverted into a p-value);
-the six categories are one family, so their p-values are adjusted with **Holm's step-down method**
-(Holm, 1979): sorted ascending, the i-th smallest of m is multiplied by ``m − i + 1`` and the running
-maximum taken. A category whose adjusted p-value is at most ``1 − confidence`` is a ``regression`` (rate
-up) or an ``improvement`` (rate down). Under no change in any category, the chance that any one says
-``regression`` or ``improvement`` is then at most ``1 − confidence`` (5% by default), where six
-unadjusted 95% tests would give about one false alarm in four.
+:mod:`._census`: an exact count, and a test about the process producing traces), else the population rates
+(kept traces weighted by 1/π over every trace seen) when both groups have one, else the baseline slice.
+Each category is one test of "no change" (Newcombe's interval inverted into a p-value); for a census whose
+2×2 table has an expected count under 5 (:data:`~.stats.EXACT_BELOW`: few failures, or few traces) the
+normal approximation behind that interval fails, and an exact test decides instead: Boschloo's, or
+Fisher's for large groups (:func:`~.stats.exact_rise`), one-sided in the direction of a regression, so
+such a category is a ``regression`` or ``no evidence``, never an ``improvement``. Each verdict names its
+``test``. The six categories are one family, so their p-values are adjusted with **Holm's step-down
+method** (Holm, 1979): sorted ascending, the i-th smallest of m is multiplied by ``m − i + 1`` and the
+running maximum taken. A category whose adjusted p-value is at most ``1 − confidence`` is a ``regression``
+(rate up) or an ``improvement`` (rate down). Under no change in any category, the chance that any one says
+``regression`` or ``improvement`` is then at most ``1 − confidence`` (5% by default), where six unadjusted
+95% tests would give about one false alarm in four.
 
 Each category's census, population and baseline-slice intervals are shown at its Holm step's level,
 ``1 − α/(m − i + 1)`` for the i-th smallest p-value, so an interval that excludes 0 is the test that
@@ -23,6 +27,7 @@ rather than from the agent, never a claim of change, so it is not adjusted. Anyt
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +39,8 @@ from scipy import special
 from tailcut.analysis import stats
 
 VerdictLabel = Literal["regression", "improvement", "no evidence", "confined to tail sample"]
+#: The test behind a verdict's p-value: Newcombe's interval inverted, or an exact one for small counts.
+TestName = Literal["newcombe", "boschloo", "fisher"]
 #: Every verdict label, in the order a reader meets them (``tailcut compare --fail-on`` takes these).
 VERDICT_LABELS: Final[tuple[VerdictLabel, ...]] = (
     "regression",
@@ -67,12 +74,15 @@ class PopulationSample:
     inclusion_probability: Sequence[float]
     size: int
 
+    @functools.cached_property
+    def _rate(self) -> stats.HorvitzThompsonRate:
+        """The sums over the kept traces, once: a p-value asks for the rate at many levels."""
+        hits = np.asarray(self.hits, dtype=np.float64)
+        return stats.HorvitzThompsonRate.of(hits, self.inclusion_probability, self.size)
+
     def estimate(self, confidence: float = stats.DEFAULT_CONFIDENCE) -> stats.Estimate:
         """The Horvitz–Thompson rate with N known (:func:`~.stats.horvitz_thompson_proportion`)."""
-        hits = np.asarray(self.hits, dtype=np.float64)
-        return stats.horvitz_thompson_proportion(
-            hits, self.inclusion_probability, self.size, confidence=confidence
-        )
+        return self._rate.estimate(confidence)
 
 
 @dataclass(frozen=True)
@@ -140,14 +150,17 @@ class Verdict:
         B − A of the census rates (every trace seen counted), for a census category: the verdict rests on
         it first.
     p_value : float or None
-        Two-sided p-value of "no change" from the representative interval (census, else population,
-        else baseline);
+        p-value of "no change" from the representative difference (census, else population, else
+        baseline): two-sided from its interval, or one-sided (a rise) from the exact test of ``test``;
         None for a verdict made from 95% intervals alone (``compare --results``).
     adjusted_p_value : float or None
         ``p_value`` after Holm's adjustment over the categories compared together.
     confidence : float
         The level of the population and baseline-slice intervals (Holm's step for this category); the
         tail-kept interval is at the nominal level.
+    test : str
+        The test behind ``p_value``: ``"newcombe"`` (the interval inverted), or for a census with an
+        expected count under 5, ``"boschloo"`` or ``"fisher"`` (exact, one-sided).
     """
 
     category: str
@@ -160,6 +173,7 @@ class Verdict:
     adjusted_p_value: float | None = None
     confidence: float = stats.DEFAULT_CONFIDENCE
     census: stats.Difference | None = None
+    test: TestName = "newcombe"
 
     @property
     def representative(self) -> stats.Difference | None:
@@ -338,13 +352,25 @@ def compare_groups(
         representative = family.representative(level)
         tail = family.tail(confidence)
         name = family.name
+        test = family.test
         if adjusted[category] <= alpha and representative is not None and representative.value != 0:
             label: VerdictLabel = "regression" if representative.value > 0 else "improvement"
-            side = "above" if label == "regression" else "below"
-            reason = f"the {name} interval lies {side} 0 (Holm-adjusted p = {adjusted[category]:.2g})"
+            if test != "newcombe":
+                reason = f"the exact {test} test finds a rise (Holm-adjusted p = {adjusted[category]:.2g})"
+            else:
+                side = "above" if label == "regression" else "below"
+                reason = f"the {name} interval lies {side} 0 (Holm-adjusted p = {adjusted[category]:.2g})"
         else:
             label, reason = decide(representative, tail, name)
-            if label in ("regression", "improvement"):  # Holm stopped at a smaller p-value before it
+            if label in ("regression", "improvement") and test != "newcombe":
+                label, reason = (
+                    "no evidence",
+                    (
+                        f"few counts: the exact one-sided {test} test of a rise decides (Holm-adjusted p = "
+                        f"{adjusted[category]:.2g}), not {reason}"
+                    ),
+                )
+            elif label in ("regression", "improvement"):  # Holm stopped at a smaller p-value before it
                 label, reason = "no evidence", f"Holm's procedure stopped before this category: {reason}"
         verdicts[category] = Verdict(
             category,
@@ -357,6 +383,7 @@ def compare_groups(
             adjusted_p_value=adjusted[category],
             confidence=level,
             census=family.census(level),
+            test=test,
         )
     return verdicts
 
@@ -420,8 +447,26 @@ class _Category:
             return self.population(confidence)
         return self.baseline(confidence)
 
+    @functools.cached_property
+    def _exact(self) -> stats.ExactTest | None:
+        """The exact one-sided test of a rise, for a census with an expected count under 5; else None."""
+        a, b = self.a.census, self.b.census
+        if self.name != "census" or a is None or b is None or not (a.n and b.n):
+            return None
+        if stats.smallest_expected_count(b.hits, b.n, a.hits, a.n) >= stats.EXACT_BELOW:
+            return None
+        return stats.exact_rise(b.hits, b.n, a.hits, a.n)
+
+    @property
+    def test(self) -> TestName:
+        """The test behind :meth:`p_value`."""
+        return self._exact.method if self._exact is not None else "newcombe"
+
     def p_value(self) -> float:
-        """The representative test's two-sided p-value (1 when no sample covers both groups)."""
+        """The representative test's p-value: the exact one-sided one for small census counts, else
+        two-sided from its interval (1 when no sample covers both groups)."""
+        if self._exact is not None:
+            return self._exact.p_value
         if self.representative(stats.DEFAULT_CONFIDENCE) is None:
             return 1.0
         return p_value(self.representative)  # type: ignore[arg-type]

@@ -29,6 +29,11 @@ Run::
     python benchmarks/bench_analysis.py --interleave
     python benchmarks/bench_analysis.py --spans 100000
     python benchmarks/bench_analysis.py --late 100     # 100 traces with a late span: read from their spans
+    python benchmarks/bench_analysis.py --keep DIR --only compare  # build DIR once, then time compare alone
+
+With ``--only compare`` and ``--keep DIR``, a data dir already at ``DIR`` (from an earlier run) is reused
+rather than rebuilt, and only the ``compare`` timing runs (the findings are made first if none are stored,
+outside the timing), so a change to ``compare`` can be measured again in seconds.
 """
 
 from __future__ import annotations
@@ -441,7 +446,8 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
                coalesce(sum(output_tokens), 0)::BIGINT AS output_tokens, max(depth)::INT AS max_depth,
                any_value(attributes['tailcut.outcome']) FILTER (WHERE kind = 'root') AS outcome,
                TRY_CAST(any_value(attributes['tailcut.outcome.score']) FILTER (WHERE kind = 'root') AS DOUBLE)
-                   AS outcome_score
+                   AS outcome_score,
+               bool_or(status_code = 'ERROR') FILTER (WHERE kind = 'root') AS root_failed
         FROM tbl GROUP BY trace_id ORDER BY trace_id
         """
     ).to_arrow_table()
@@ -600,7 +606,22 @@ def main() -> None:
         default=0,
         help="then write a late span for this many traces (they are read from their spans; default 0)",
     )
+    parser.add_argument(
+        "--only",
+        choices=["compare"],
+        help="run only this timing (with --keep DIR: reuse the data dir there if it has traces)",
+    )
     options = parser.parse_args()
+    if (
+        options.only == "compare"
+        and options.keep is not None
+        and any(options.keep.glob("traces/**/*.parquet"))
+    ):
+        with Dataset(options.keep) as data:
+            print(f"reusing the data dir at {options.keep}")
+            data.ensure_findings()
+            time_compare(data)
+        return
     with tempfile.TemporaryDirectory() as scratch:
         path = options.keep or Path(scratch) / "data"
         start = time.perf_counter()
@@ -610,6 +631,10 @@ def main() -> None:
             spans += options.late
         print(f"built {spans:,} spans in {traces:,} traces in {time.perf_counter() - start:.1f} s at {path}")
         data = Dataset(path)
+        if options.only == "compare":
+            data.ensure_findings()
+            time_compare(data)
+            return
         scan, _ = timed(
             lambda: data.connection.execute("SELECT count(*), sum(duration_ms) FROM spans").fetchall(), 5
         )

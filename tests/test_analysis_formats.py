@@ -35,6 +35,7 @@ CATEGORY_VERDICT = {
     "reason",
     "p_value",
     "adjusted_p_value",
+    "test",
     "confidence",
     "estimate",
     "census",
