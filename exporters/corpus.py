@@ -143,6 +143,7 @@ _SPAN_COLUMNS: Final = [
     "response",
     "response_sha256",
     "attributes",
+    "events",
     "span_index",
 ]
 
@@ -260,6 +261,8 @@ def _envelope(
         elif span["kind"] == "tool":
             request = conventions.tool_request(recorded_by, request)
             request_sha = sha256_hex(request) if request is not None else None
+            response = conventions.tool_response(recorded_by, response)
+            response_sha = sha256_hex(response) if response is not None else None
         elif span["kind"] == "llm":
             problems.append(
                 f"{key} ({recorded_by}): tailcut replays third-party llm crossings of "
@@ -269,6 +272,12 @@ def _envelope(
         if missing and span["error_type"] is None and not (why_request or why_response):
             hint = conventions.CAPTURE_HINTS[recorded_by]
             problems.append(f"{key} ({recorded_by}): its {' and '.join(missing)} was not recorded; {hint}")
+    error_type, error_message = (
+        span["error_type"],
+        span_attrs.get(attr.ERROR_MESSAGE) or span["status_message"],
+    )
+    if recorded_by != conventions.TAILCUT:
+        error_type, error_message = conventions.recorded_error(span, error_message)
     retries = span_attrs.get(attr.RETRIES)
     return {
         "trace_id": trace_id,
@@ -284,8 +293,8 @@ def _envelope(
         "response": response,
         "response_sha256": response_sha,
         "stream_events": events,
-        "error_type": span["error_type"],
-        "error_message": span_attrs.get(attr.ERROR_MESSAGE) or span["status_message"],
+        "error_type": error_type,
+        "error_message": error_message,
         "latency_ms": span["duration_ms"],
         "attempt": span["attempt"],
         "retries": int(retries) if retries is not None else None,

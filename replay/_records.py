@@ -23,8 +23,9 @@ Each trace: ``trace_id``, ``label`` (its category, ``baseline`` or empty), ``mod
 ``passed``, ``failed``, ``diverged`` (counts that add up to ``reruns``), ``rate`` (the line's text),
 ``pass_rate`` (an estimate record as the analysis commands write them: ``{"value", "numerator",
 "denominator", "low", "high", "confidence": 0.95, "method": "wilson", "sample": "reruns"}``),
-``bit_stable``, ``not_live``, ``first_divergence`` (text or null) and ``unwrapped`` (third-party tool
-crossings that ran live because the agent's tool is not wrapped for replay).
+``bit_stable``, ``not_live``, ``first_divergence`` (text or null), ``unwrapped`` (third-party tool
+crossings that ran live because the agent's tool is not wrapped for replay) and ``not_compared`` (per
+boundary, what the live requests held that its third-party records do not, so it was not compared).
 
 CSV (``--format csv``) has one row per trace (:func:`report_rows`) with the columns :data:`CSV_COLUMNS`.
 """
@@ -104,6 +105,7 @@ def _trace(summary: TraceSummary) -> dict[str, Any]:
         "first_divergence": summary.first_divergence,
         "first_failure": summary.first_failure,
         "unwrapped": list(summary.unwrapped),
+        "not_compared": list(summary.not_compared),
     }
 
 

@@ -71,6 +71,9 @@ class Rerun(CrossingCounts):
     unwrapped : tuple of str
         Third-party tool crossings the agent never asked for: its tool is not wrapped for replay, so it
         ran live (``tool:search#1 (openinference)``).
+    not_compared : tuple of str
+        Per boundary, what the live requests held that its third-party records do not (so it was not
+        compared): ``llm:openai.chat: $.tool_choice (not in the records of smolagents under OpenInference)``.
     live_counts, served_counts : Mapping[str, int]
         Crossings per kind that ran live / were served.
     stopped_by : DivergenceRecord or None
@@ -94,6 +97,7 @@ class Rerun(CrossingCounts):
     recorded_error_type: str | None = None
     recorded_output: Any = None
     unwrapped: tuple[str, ...] = ()
+    not_compared: tuple[str, ...] = ()
     live_counts: Mapping[str, int] = field(default_factory=dict)
     served_counts: Mapping[str, int] = field(default_factory=dict)
     stopped_by: DivergenceRecord | None = None

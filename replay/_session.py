@@ -31,7 +31,9 @@ too (a prompt or a tool schema), which a cut-point test tolerates but reports.
 **Crossings other instrumentations recorded.** An ``llm`` envelope recorded by OpenInference,
 OpenLLMetry or the GenAI instrumentor is served like tailcut's own (same boundary and occurrence); its
 live request is compared in the form that convention records
-(:mod:`tailcut.exporters.conventions.matching`). A third-party reply is served as a stream of chunk
+(:mod:`tailcut.exporters.conventions.matching`); what of it no record holds is reported in
+``not_compared``. An OpenInference tool record of a one-argument call (the bare value) is compared with
+the live call's arguments keyed by that argument's name. A third-party reply is served as a stream of chunk
 events when the agent streams (:mod:`tailcut.replay._chunks`: those conventions record the reply a stream
 added up to). A third-party *tool* envelope is served only when the agent's tool is wrapped for replay
 (``@tailcut.tool``); one never asked for ran live unwrapped, and is reported in ``unwrapped``, not as
@@ -67,7 +69,8 @@ from tailcut._run_state import current_run_state
 from tailcut._threads import thread_context
 from tailcut.canonical import loads
 from tailcut.errors import Divergence, ReplayError
-from tailcut.exporters.conventions.matching import Comparison
+from tailcut.exporters.conventions.corpus import OPENINFERENCE
+from tailcut.exporters.conventions.matching import Comparison, ToolArguments, tool_parameters
 from tailcut.interceptor import Crossing, Served, exception_type_name, use_interceptor
 from tailcut.replay._capture import RerunCapture
 from tailcut.replay._cassette import Cassette, Lookup
@@ -196,6 +199,7 @@ class ReplaySession(CrossingCounts):
         self._slot_of: dict[int, _Slot] = {}
         self._divergences: list[DivergenceRecord] = []
         self._unwrapped: list[Envelope] = []
+        self._not_compared: dict[str, set[str]] = {}
         self._asked: Crossing | None = None  # the crossing on_boundary is deciding, as it was asked
         self._stopped: DivergenceRecord | None = None
         self._changed_by: str | None = None
@@ -226,6 +230,21 @@ class ReplaySession(CrossingCounts):
         """
         with self._lock:
             return [f"{e.key} ({e.convention})" for e in self._unwrapped]
+
+    @property
+    def not_compared(self) -> list[str]:
+        """What the live requests held that the third-party records do not, so it was not compared.
+
+        One entry per boundary: ``llm:openai.chat: $.tool_choice (not in the records of smolagents under
+        OpenInference)``.
+        """
+        with self._lock:
+            return [
+                f"{boundary}: {', '.join(sorted(paths))} "
+                f"(not in the records of {self._comparisons[boundary].source})"
+                for boundary, paths in sorted(self._not_compared.items())
+                if paths
+            ]
 
     @property
     def first_divergence(self) -> DivergenceRecord | None:
@@ -365,6 +384,9 @@ class ReplaySession(CrossingCounts):
         comparison = self._comparisons.get(crossing.boundary)
         if comparison is None:
             return crossing
+        gaps = comparison.not_compared(crossing.request)
+        if gaps:
+            self._not_compared.setdefault(crossing.boundary, set()).update(gaps)
         request, sha256 = comparison.live(crossing.request)
         return crossing if sha256 is None else crossing._replace(request=request, request_sha256=sha256)
 
@@ -435,16 +457,27 @@ def _streams(crossing: Crossing) -> bool:
     return isinstance(request, dict) and request.get("stream") is True
 
 
-def _comparisons(envelopes: Sequence[Envelope]) -> dict[str, Comparison]:
-    """Boundary -> how its live requests are compared, for llm boundaries another convention recorded."""
+def _comparisons(envelopes: Sequence[Envelope]) -> dict[str, Comparison | ToolArguments]:
+    """Boundary -> how its live requests are compared: llm boundaries another convention recorded, and
+    tools OpenInference recorded (keyed by the parameters the run's model requests define)."""
     recorded: dict[str, tuple[str, list[str | None]]] = {}
+    tools: dict[str, list[str | None]] = {}
     for envelope in envelopes:
         if envelope.third_party and envelope.kind == "llm":
             recorded.setdefault(envelope.boundary, (envelope.convention, []))[1].append(envelope.request)
-    return {boundary: Comparison(name, requests) for boundary, (name, requests) in recorded.items()}
+        elif envelope.convention == OPENINFERENCE and envelope.kind == "tool":
+            tools.setdefault(envelope.boundary, []).append(envelope.request)
+    found: dict[str, Comparison | ToolArguments] = {
+        boundary: Comparison(name, requests) for boundary, (name, requests) in recorded.items()
+    }
+    if tools:
+        parameters = tool_parameters(e.request for e in envelopes if e.kind == "llm")
+        for boundary, requests in tools.items():
+            found[boundary] = ToolArguments(requests, parameters.get(boundary.partition(":")[2]))
+    return found
 
 
-def _as_compared(envelope: Envelope, comparisons: dict[str, Comparison]) -> Envelope:
+def _as_compared(envelope: Envelope, comparisons: dict[str, Comparison | ToolArguments]) -> Envelope:
     comparison = comparisons.get(envelope.boundary)
     if comparison is None:
         return envelope

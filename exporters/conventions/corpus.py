@@ -13,7 +13,9 @@ input           ``tailcut.run.input``; ``input.value`` (OpenInference: JSON when
                 ``{"args": [x], "kwargs": {}}`` call of one argument is unwrapped to ``x``);
                 ``gen_ai.input.messages`` (GenAI: one message of text alone is unwrapped to its text)
 output          ``tailcut.run.output``; ``output.value``; ``traceloop.entity.output``;
-                ``gen_ai.output.messages`` (unwrapped like the input)
+                ``gen_ai.output.messages`` (unwrapped like the input). A LangGraph graph's final state
+                (``{"messages": [...]}``, every one a LangChain message) is its last message's content,
+                as tailcut records a graph run
 outcome         ``tailcut.outcome`` (the other conventions have none)
 ==============  ===========================================================================================
 
@@ -25,7 +27,11 @@ Ingest may have moved an input or output attribute of a third-party span into it
 ``llm.*`` or OpenLLMetry's ``gen_ai.openai.api_base``/``gen_ai.is_streaming``) or ``genai`` (the rest).
 A third-party tool crossing keeps its recorded arguments as its request, except that OpenLLMetry's
 ``{"args": [], "kwargs": {...}}`` becomes the keyword arguments, as tailcut records a call, and its
-LangChain callback's ``{"input_str": ..., "inputs": {...}, "metadata": ...}`` becomes ``inputs``.
+LangChain callback's ``{"input_str": ..., "inputs": {...}, "metadata": ...}`` becomes ``inputs``; and
+OpenInference's smolagents record of the bound ``Tool.__call__`` (``{"args": [], "sanitize_inputs_outputs":
+true, "kwargs": {...}}``) becomes its keyword arguments (its one positional argument when it has no
+keyword arguments). Its response is what the tool returned: a LangChain ``ToolMessage`` (OpenInference's
+``{"type": "tool", "data": {...}}``, OpenLLMetry's ``{"output": {"lc": 1, ...}}``) becomes its ``content``.
 A third-party ``llm:openai.chat`` crossing is stored as the OpenAI Chat Completions exchange tailcut's
 ``openai`` instrumentation replays:
 
@@ -33,7 +39,10 @@ A third-party ``llm:openai.chat`` crossing is stored as the OpenAI Chat Completi
 convention     request                                          response
 =============  ===============================================  ============================================
 openinference  ``input.value``: the keyword arguments of        ``output.value``: the ``chat.completion``
-               ``create()`` (model, messages, tools, params)    body as received (or a stream added up)
+               ``create()`` (model, messages, tools, params);   body as received (or a stream added up)
+               a framework's call (LangChain, smolagents, the
+               Agents SDK) rebuilt into that request
+               (:mod:`.frameworks`)
 openllmetry,   as ingest rebuilt it: ``{"model", "messages",    a ``chat.completion`` rebuilt from
 genai          "tools", "parameters"}`` (GenAI message model)   ``gen_ai.output.messages`` (text, tool calls
                                                                 with ids), ``gen_ai.response.id``, the
@@ -51,6 +60,7 @@ from typing import Any, Final, NamedTuple
 
 from tailcut import attributes as attr
 from tailcut.canonical import canonicalize, loads
+from tailcut.exporters.conventions import frameworks
 from tailcut.exporters.conventions import names as n
 
 TAILCUT: Final = "tailcut"
@@ -148,8 +158,33 @@ def _single_text(value: str) -> str:
     return value
 
 
+#: smolagents' ``Tool.__call__(*args, sanitize_inputs_outputs=False, **kwargs)``, bound by OpenInference.
+_SMOLAGENTS_CALL: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+
+
+def _bound_tool_call(request: str) -> str | None:
+    """OpenInference's smolagents tool record (the bound ``Tool.__call__``, as JSON text in a string) as
+    the call's arguments: its keyword arguments, or its one positional argument."""
+    decoded = loads(request)
+    if isinstance(decoded, str):
+        try:
+            decoded = json.loads(decoded)
+        except ValueError:
+            return None
+    if not isinstance(decoded, dict) or not {"args", "kwargs"} <= set(decoded) <= _SMOLAGENTS_CALL:
+        return None
+    args, kwargs = decoded["args"], decoded["kwargs"]
+    if args == [] and isinstance(kwargs, dict):
+        return canonicalize(kwargs)[0]
+    if isinstance(args, list) and len(args) == 1 and not kwargs:
+        return canonicalize(args[0])[0]
+    return None
+
+
 def tool_request(convention_name: str, request: str | None) -> str | None:
     """A third-party tool crossing's request as tailcut records one (its arguments by name)."""
+    if convention_name == OPENINFERENCE and request is not None:
+        return _bound_tool_call(request) or request
     if convention_name != OPENLLMETRY or request is None:
         return request
     decoded = loads(request)
@@ -159,6 +194,79 @@ def tool_request(convention_name: str, request: str | None) -> str | None:
         # OpenLLMetry's LangChain callback: the arguments are ``inputs`` (``input_str`` is their repr)
         return canonicalize(decoded["inputs"])[0]
     return request
+
+
+def _message_content(value: Any, kind: str | None = None) -> tuple[bool, Any]:
+    """``(True, content)`` when ``value`` is a LangChain message (of class ``kind``, when given):
+    serialized (``{"lc": 1, "id": [..., "ToolMessage"], "kwargs": {...}}``) or as ``message_to_dict``
+    writes it (``{"type": "tool", "data": {...}}``)."""
+    if not isinstance(value, dict):
+        return False, None
+    data = value.get("data")
+    if isinstance(data, dict) and "content" in data and isinstance(value.get("type"), str):
+        names = {"tool": "ToolMessage", "ai": "AIMessage", "human": "HumanMessage", "system": "SystemMessage"}
+        return kind in (None, names.get(value["type"])), data["content"]
+    ids, fields = value.get("id"), value.get("kwargs")
+    if value.get("lc") == 1 and isinstance(ids, list) and ids and isinstance(fields, dict):
+        return "content" in fields and kind in (None, ids[-1]), fields.get("content")
+    return False, None
+
+
+def _graph_answer(value: str | None) -> str | None:
+    """A LangGraph graph's output (its final state, ``{"messages": [...], ...}``) as the run's answer:
+    the last message's content, as tailcut records a graph run."""
+    decoded = loads(value) if value is not None else None
+    messages = decoded.get("messages") if isinstance(decoded, dict) else None
+    if isinstance(messages, list) and messages:
+        found, content = _message_content(messages[-1])
+        if found and all(_message_content(m)[0] for m in messages):
+            return canonicalize(content)[0]
+    return value
+
+
+def _event_attributes(event: Mapping[str, Any]) -> dict[str, Any]:
+    attributes = event.get("attributes")
+    if isinstance(attributes, Mapping):
+        return dict(attributes)
+    return dict(attributes or ())  # a Parquet map read by pyarrow: (key, value) pairs
+
+
+def recorded_error(span: Mapping[str, Any], message: str | None) -> tuple[str | None, str | None]:
+    """A third-party crossing's error as a replay rebuilds it: ``(type, message)``.
+
+    OpenTelemetry's ``exception`` event holds the exception's qualified class (``exception.type``) and
+    ``str(exc)`` (``exception.message``), which is what the exception was made of; the status message
+    another instrumentor writes is often a rendering of it (LangChain's ``repr`` and traceback under
+    OpenInference, smolagents' ``Type: message``) and the ``error_type`` column may be unqualified
+    (OpenLLMetry's ``error.type``). Without an event: the column and ``message``.
+    """
+    if span.get("error_type") is None:
+        return None, message
+    for event in span.get("events") or ():
+        if isinstance(event, Mapping) and event.get("name") == n.EXCEPTION_EVENT:
+            found = _event_attributes(event)
+            if found.get(n.EXCEPTION_TYPE):
+                return str(found[n.EXCEPTION_TYPE]), found.get("exception.message", message)
+    return span["error_type"], message
+
+
+def tool_response(convention_name: str, response: str | None) -> str | None:
+    """A third-party tool crossing's response as the tool returned it (what a replay serves the agent).
+
+    A LangChain tool's record is the ``ToolMessage`` LangChain made of what the tool returned
+    (OpenInference's ``output.value``; OpenLLMetry's ``{"output": message, "kwargs": ...}``): its
+    ``content`` is the return value as LangChain hands it to the model, so the tool returns that.
+
+    >>> tool_response("openinference", '{"data": {"content": "sunny", "type": "tool"}, "type": "tool"}')
+    '"sunny"'
+    """
+    if convention_name == TAILCUT or response is None:
+        return response
+    decoded = loads(response)
+    if convention_name == OPENLLMETRY and isinstance(decoded, dict) and "output" in decoded:
+        decoded = decoded["output"]
+    found, content = _message_content(decoded, "ToolMessage")
+    return canonicalize(content)[0] if found else response
 
 
 def _field(
@@ -210,9 +318,12 @@ def run_fields(
             if found.value is not None:
                 run_input = found
                 break
+    output = Sourced(*_field(root, attributes, output=True))
+    if output.source in (n.OI_OUTPUT_VALUE, n.TRACELOOP_ENTITY_OUTPUT):
+        output = Sourced(_graph_answer(output.value), output.source)
     return {
         "input": run_input,
-        "output": Sourced(*_field(root, attributes, output=True)),
+        "output": output,
         "outcome": Sourced(outcome, attr.OUTCOME) if outcome is not None else _NONE,
     }
 
@@ -234,9 +345,8 @@ def openai_chat_exchange(
     """
     request, response = span["request"], span["response"]
     if convention_name == OPENINFERENCE:
-        body = _json_object(attributes.get(n.OI_INPUT_VALUE))
-        if attributes.get(n.OI_INPUT_MIME_TYPE) == n.OI_JSON_MIME_TYPE and body is not None:
-            request = canonicalize(body)[0]
+        if attributes.get(n.OI_INPUT_MIME_TYPE) == n.OI_JSON_MIME_TYPE:
+            request = _openinference_request(span, attributes.get(n.OI_INPUT_VALUE)) or request
         body = _json_object(attributes.get(n.OI_OUTPUT_VALUE))
         if body is not None and isinstance(body.get("choices"), list):  # (a stream's lacks "object")
             return Exchange(request, canonicalize({"object": "chat.completion", **body})[0])
@@ -247,6 +357,24 @@ def openai_chat_exchange(
     if not isinstance(messages, list):
         return Exchange(request, None, "its recorded reply holds no output messages")
     return Exchange(request, canonicalize(_chat_completion(span, attributes, messages))[0])
+
+
+def _openinference_request(span: Mapping[str, Any], text: str | None) -> str | None:
+    """``input.value`` as the Chat Completions request: ``create()``'s keyword arguments as recorded, or a
+    framework's call rebuilt (:mod:`.frameworks`), with what ingest read from ``llm.invocation_parameters``
+    and ``llm.tools``; None when it is neither."""
+    try:
+        value = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    stored = loads(span["request"]) if span.get("request") else {}
+    stored = stored if isinstance(stored, dict) else {}
+    rebuilt = frameworks.chat_request(
+        value, model=span.get("model"), parameters=stored.get("parameters"), tools=stored.get("tools")
+    )
+    if rebuilt is not None:
+        return canonicalize(rebuilt)[0]
+    return canonicalize(value)[0] if isinstance(value, dict) else None
 
 
 def _json_object(text: str | None) -> dict[str, Any] | None:
