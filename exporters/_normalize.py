@@ -35,7 +35,7 @@ from tailcut.exporters.conventions.mapping import (
     synthetic_boundary,
 )
 from tailcut.exporters.conventions.messages import CONTENT_EVENTS, is_content_key, rebuild
-from tailcut.signals import NESTED_CALL_KIND
+from tailcut.signals import NESTED_CALL_KIND, is_preparation_span
 
 _KIND_CODE: Final = {kind: code for code, kind in enumerate(attr.KINDS)}
 _KIND_NAMES: Final = pa.array(attr.KINDS, pa.string())
@@ -296,7 +296,9 @@ def _third_party(
                     column[f"{field}_sha256"][span] = column[f"{field}_sha256"][span] or sha
             if column["finish_reason"][span] is None:
                 column["finish_reason"][span] = rebuilt.finish_reason
-        if column["boundary"][span] is None:
+        # A span that only prepares the request its sibling sends (LlamaIndex's
+        # ``_prepare_chat_with_tools``) crosses nothing: no boundary, one crossing per request.
+        if column["boundary"][span] is None and not is_preparation_span(kind_name, names[span]):
             boundary = synthetic_boundary(
                 kind_name,
                 names[span],

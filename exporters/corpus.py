@@ -333,6 +333,8 @@ def _build(
         run_input, why = _resolve(fields["input"].value, None, stores)
         if run_input is None:
             problems.append(why or f"the run's input was not recorded: {conventions.INPUT_HINT}")
+        elif (unusable := conventions.input_problem(run_input)) is not None:
+            problems.append(unusable)
         run_output, _ = _resolve(fields["output"].value, None, stores)
     crossings = {
         s["span_id"]: _as_crossing(s)

@@ -271,3 +271,33 @@ def test_the_tool_that_raised_leaves_its_finding(recorded_by_tailcut):
     failed = [trace for trace, scenario in scenarios.items() if scenario == "tool_raises_caught"]
     errors = findings.filter(findings["category"] == "error").select("trace_id", "span_name", "recovered")
     assert errors.rows() == [(failed[0], "execute_tool lookup_order", True)]
+
+
+@pytest.mark.slow
+def test_recorded_by_openinference_alone_a_run_says_why_it_cannot_be_replayed(tmp_path):
+    """OpenInference's LlamaIndex spans: one model call per request (its ``_prepare_chat_with_tools``
+    span is no crossing), and a replay that cannot call the agent again (the workflow run records its
+    state, not the user's message) exits 3 naming why and how to record instead."""
+    pytest.importorskip("llama_index.llms.openai", reason="llama-index-llms-openai needs openai<3")
+    pytest.importorskip("openinference.instrumentation.llama_index")
+    import pyarrow.parquet as pq
+
+    from tests.frameworks import harness, thirdparty_table
+
+    server = harness.scenario_server()
+    with server:
+        data = harness.record("llamaindex", "openinference", ["clean"], tmp_path, server)
+        harness.export_corpus(data, tmp_path / "corpus")
+        envelopes = pq.read_table(tmp_path / "corpus" / "envelopes.parquet").to_pylist()
+        with server.forbid():
+            status, report, _ = thirdparty_table.replay_json(tmp_path / "corpus", "llamaindex")
+    assert sorted(f"{e['boundary']}#{e['occurrence']}" for e in envelopes) == [
+        "llm:openai.chat#1",
+        "llm:openai.chat#2",
+        "tool:get_weather#1",
+    ]
+    assert all(e["response"] is not None for e in envelopes if e["kind"] == "llm")
+    assert status == 3
+    (skipped,) = report["skipped"]
+    assert "records the workflow's state, not the user's message" in skipped["reason"]
+    assert "tailcut.init(auto_instrument=True)" in skipped["reason"]

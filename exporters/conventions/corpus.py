@@ -83,6 +83,9 @@ INPUT_HINT: Final = (
     "pass input= to tailcut.run, or set input.value (OpenInference) or traceloop.entity.input "
     "(OpenLLMetry) on the trace's root span"
 )
+#: The bound arguments of LlamaIndex's ``Workflow.run`` as OpenInference records them: the workflow's state
+#: and its start event's repr, which hold no user message (``user_msg`` went into the context before).
+_WORKFLOW_STATE_KEYS: Final = frozenset({"init_state", "start_event"})
 #: GenAI finish reasons -> OpenAI's.
 _FINISH_REASONS: Final = {"tool_call": "tool_calls", "tool_calls": "tool_calls", "error": "stop"}
 
@@ -210,6 +213,28 @@ def _message_content(value: Any, kind: str | None = None) -> tuple[bool, Any]:
     if value.get("lc") == 1 and isinstance(ids, list) and ids and isinstance(fields, dict):
         return "content" in fields and kind in (None, ids[-1]), fields.get("content")
     return False, None
+
+
+def input_problem(run_input: str) -> str | None:
+    """Why a recorded run input cannot call the agent again (None when it can).
+
+    >>> input_problem('{"init_state": {}, "start_event": "AgentWorkflowStartEvent()", "tags": {}}')[:40]
+    "LlamaIndex's workflow run (OpenInference"
+    >>> input_problem('"What is the weather in Paris?"') is None
+    True
+    """
+    try:
+        decoded = loads(run_input)
+    except ValueError:
+        return None
+    if isinstance(decoded, dict) and set(decoded) >= _WORKFLOW_STATE_KEYS:
+        return (
+            "LlamaIndex's workflow run (OpenInference's FunctionAgent.run / AgentWorkflow.run span) records "
+            "the workflow's state, not the user's message, so the agent cannot be called with it again: "
+            "record the agent with tailcut.init(auto_instrument=True) (tailcut's LlamaIndex "
+            "instrumentation, alongside OpenInference if you like) to replay it"
+        )
+    return None
 
 
 def _graph_answer(value: str | None) -> str | None:
