@@ -113,11 +113,12 @@ def test_a_traces_row_that_restates_an_outcome_is_judged_by_it(recorded, tmp_pat
     import pyarrow.parquet as pq
 
     findings = Dataset(recorded).classify()
-    silent = set(findings.filter(category="silent_degradation")["trace_id"])
+    found = set(findings["trace_id"])
     features = read_table(recorded, "trace_features").to_pylist()
-    # a trace silent_degradation judges (a root that did not fail) and finds nothing wrong with
+    # a trace silent_degradation judges (a root that did not fail) with no finding at all: a trace with a
+    # failed boundary or a failure report is never silent_degradation, whatever its outcome
     judged = [f for f in features if f["root_status_code"] in ("OK", "UNSET") and not f["root_is_orphan"]]
-    clean = min(f["trace_id"] for f in judged if f["trace_id"] not in silent)
+    clean = min(f["trace_id"] for f in judged if f["trace_id"] not in found)
     edited = tmp_path / "edited"
     shutil.copytree(recorded, edited)
     shutil.rmtree(edited / "findings", ignore_errors=True)
