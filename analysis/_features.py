@@ -27,7 +27,7 @@ from tailcut.exporters.conventions import observations
 TABLE: Final = "trace_features"
 CHECKS_TABLE: Final = "trace_checks"
 #: Bumped whenever what the features hold or how they are computed changes (old rows are then not used).
-VERSION: Final = 4  # 4: broken-JSON arguments, invalid_tool_calls, recorded tool schemas
+VERSION: Final = 5  # 4: broken-JSON arguments, invalid_tool_calls, recorded tool schemas; 5: ToolOutput text
 #: The relations the classifier reads them through.
 VIEW: Final = "_features"
 CHECKS_VIEW: Final = "_checks"

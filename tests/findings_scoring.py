@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tailcut.signals import is_preparation_span
 from tests.frameworks import harness
 from tests.frameworks.scenarios import Label
 
@@ -58,18 +59,19 @@ class Score:
 
 def _spans(connection: Any, trace_id: str) -> list[dict[str, Any]]:
     rows = connection.execute(
-        "SELECT span_id, parent_span_id, kind, boundary, start_time_ns FROM spans WHERE trace_id = ? "
+        "SELECT span_id, parent_span_id, kind, boundary, start_time_ns, name FROM spans WHERE trace_id = ? "
         "ORDER BY start_time_ns, span_index",
         [trace_id],
     ).fetchall()
-    return [dict(zip(("span_id", "parent", "kind", "boundary", "start"), row, strict=True)) for row in rows]
+    columns = ("span_id", "parent", "kind", "boundary", "start", "name")
+    return [dict(zip(columns, row, strict=True)) for row in rows]
 
 
 def labelled_span(spans: list[dict[str, Any]], label: Label) -> dict[str, Any] | None:
     """The span ``label`` names in a run's spans (in start order): the Nth crossing of the tool, or the Nth
-    ``llm`` span."""
+    ``llm`` span that is a model call (a request-preparation span is not one)."""
     if label.span == "llm":
-        chosen = [s for s in spans if s["kind"] == "llm"]
+        chosen = [s for s in spans if s["kind"] == "llm" and not is_preparation_span("llm", s["name"])]
     else:
         chosen = [s for s in spans if s["kind"] == "tool" and s["boundary"] == label.span]
     return chosen[label.occurrence - 1] if len(chosen) >= label.occurrence else None

@@ -281,9 +281,16 @@ KINDS: Final[tuple[tuple[str, str], ...]] = (
 
 #: Where a tool result that is a message object keeps its text, per convention: a LangChain
 #: ``ToolMessage`` as OpenInference records it (``data.content``), as OpenLLMetry does
-#: (``output.kwargs.content``), LangChain's own serialisation (``kwargs.content``), and any
-#: ``{"content": ...}`` message. The text is searched first.
-RESULT_TEXT_PATHS: Final = ("$.content", "$.data.content", "$.kwargs.content", "$.output.kwargs.content")
+#: (``output.kwargs.content``), LangChain's own serialisation (``kwargs.content``), any
+#: ``{"content": ...}`` message, and LlamaIndex's ``ToolOutput`` as OpenInference records it (what the
+#: function returned: ``raw_output``). The text is searched first.
+RESULT_TEXT_PATHS: Final = (
+    "$.content",
+    "$.data.content",
+    "$.kwargs.content",
+    "$.output.kwargs.content",
+    "$.raw_output",
+)
 
 #: Where a LangChain message's parse errors of the model's tool calls start in a result (canonical JSON: its
 #: ``invalid_tool_calls`` with at least one entry, each ``{"args", "error", "id", "name", "type"}``).
