@@ -35,6 +35,7 @@ NAMES = {
     "langgraph": "LangGraph",
     "smolagents": "smolagents",
     "openai_agents": "OpenAI Agents SDK",
+    "llamaindex": "LlamaIndex",
     "openinference": "OpenInference",
     "openllmetry": "OpenLLMetry",
 }
