@@ -501,27 +501,27 @@ WITH failed AS (
     WHERE category = 'error'
       AND (list_contains(signals, 'run failed') OR list_contains(signals, 'root status ERROR'))
 ),
-said AS (
-    SELECT trace_id, any_value(outcome) AS outcome FROM traces
-    WHERE trace_id IN (SELECT trace_id FROM _found) GROUP BY trace_id
-),
+said_fail AS (SELECT DISTINCT trace_id FROM traces WHERE outcome = 'fail' AND trace_id IS NOT NULL),
 kept AS (
     SELECT * FROM _found
     WHERE category <> 'silent_degradation'
        OR trace_id NOT IN (SELECT trace_id FROM _found WHERE category = 'error')
     QUALIFY row_number() OVER (PARTITION BY trace_id, category ORDER BY coalesce(seq, 0), span_id) = 1
 )
-SELECT k.*, k.trace_id NOT IN (SELECT trace_id FROM failed) AND coalesce(t.outcome, '') <> 'fail' AS recovered
-FROM kept k LEFT JOIN said t USING (trace_id)
+SELECT k.*,
+       k.trace_id NOT IN (SELECT trace_id FROM failed) AND k.trace_id NOT IN (SELECT trace_id FROM said_fail)
+           AS recovered
+FROM kept k
 ORDER BY trace_id, category
 """
 """The ``findings`` table of the rules' rows (``_found``): one row per (trace, category), the earliest when
 two rules found one (a tool call that broke its schema and a refusal the harness reported are both a
 ``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs that failed
-with no failed boundary and no failure observation); and ``recovered``: the run did not fail and its
-outcome (its ``traces`` row's) is not ``fail``. A run that failed always has an ``error`` finding that says
-so (``run failed``: its root or an agent span failed, the OpenAI Agents SDK's workflow root staying OK when
-its agent raised; ``root status ERROR``: the root failed with no failed boundary), so no span is read."""
+with no failed boundary and no failure observation); and ``recovered``: the run did not fail and no
+``traces`` row of it says outcome ``fail`` (only the rows that do are read). A run that failed always has
+an ``error`` finding that says so (``run failed``: its root or an agent span failed, the OpenAI Agents
+SDK's workflow root staying OK when its agent raised; ``root status ERROR``: the root failed with no
+failed boundary), so no span is read."""
 
 
 def _finish(connection: duckdb.DuckDBPyConnection, found: pa.Table) -> pa.Table:

@@ -238,20 +238,40 @@ class SchemaBook:
 
     def _validator(self, sha: str) -> Any:
         if sha not in self._validators:
-            from jsonschema import SchemaError
-            from jsonschema.validators import validator_for
-
             schema = next((v[sha] for v in self.versions.values() if sha in v), None)
-            validator = None
-            if isinstance(schema, Mapping):
-                cls = validator_for(schema)
-                try:
-                    cls.check_schema(schema)
-                    validator = cls(schema)
-                except SchemaError:
-                    validator = None
-            self._validators[sha] = validator
+            self._validators[sha] = _compiled(schema) if isinstance(schema, Mapping) else None
         return self._validators[sha]
+
+
+#: Compiled validators by the schema's text (keys sorted), shared by every book: checking and compiling a
+#: schema costs more than validating the calls against it, and a fleet's few schemas recur in every
+#: classification. Keyed by content, not by the recorded sha256, which a span states and may misstate.
+_COMPILED: dict[bytes, Any] = {}
+_COMPILED_MAX: Final = 4096
+
+
+def _compiled(schema: Mapping[str, Any]) -> Any:
+    """A validator of ``schema``, or None when it is not a valid JSON Schema."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not JSON (a schema only ever comes from JSON text): not cached
+        key = None
+    if key is not None and key in _COMPILED:
+        return _COMPILED[key]
+    cls = validator_for(schema)
+    try:
+        cls.check_schema(schema)
+        validator = cls(schema)
+    except SchemaError:
+        validator = None
+    if key is not None:
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
+        _COMPILED[key] = validator
+    return validator
 
 
 def _arguments(text: str | None) -> Any:

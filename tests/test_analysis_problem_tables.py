@@ -9,6 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tailcut.analysis import _toolcalls
 from tailcut.analysis._classify import _merge_drift, _problem_rows, rule_rows_schema, violation_rows
 from tailcut.analysis._features_stored import _judging_keys
 from tailcut.analysis._toolcalls import CallProblem, problems_table
@@ -167,3 +168,14 @@ def test_judging_keys_are_equal_exactly_when_the_judged_parts_are(calls: list[tu
     for i, first in enumerate(calls):
         for j, second in enumerate(calls):
             assert (keys[i] == keys[j]) == (judged(first) == judged(second)), (first, second)
+
+
+def test_a_schema_is_compiled_once_by_its_content_and_an_invalid_one_is_no_validator():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    same = {"required": ["city"], "properties": {"city": {"type": "string"}}, "type": "object"}
+    first = _toolcalls._compiled(schema)
+    assert first is _toolcalls._compiled(same)  # keys in another order: the same schema
+    assert first.is_valid({"city": "Paris"}) and not first.is_valid({})
+    other = _toolcalls._compiled({**schema, "required": []})
+    assert other is not first and other.is_valid({})
+    assert _toolcalls._compiled({"type": 12}) is None  # not a JSON Schema
