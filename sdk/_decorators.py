@@ -105,8 +105,8 @@ class _BoundarySpec:
         else:
             try:
                 bound = self.signature.bind(*args, **kwargs)
-            except TypeError:  # the call itself will fail; record what was passed
-                return {"args": list(args), "kwargs": kwargs}
+            except TypeError:  # the call itself will fail; record what was passed (by name, when it was)
+                return dict(kwargs) if not args else {"args": list(args), "kwargs": kwargs}
             bound.apply_defaults()
             arguments = bound.arguments
         if self.skip:

@@ -3,12 +3,14 @@ applied once, undone exactly, and never importing their framework at ``import ta
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib.metadata import entry_points
 
 import pytest
 
+import tailcut
 from tailcut.instrumentation import FRAMEWORKS, instrument_framework, uninstrument_framework
 
 #: framework -> (the class patched, its method that records)
@@ -51,3 +53,23 @@ def test_import_tailcut_imports_no_framework():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_smolagents_tool_called_positionally_records_its_argument_by_name(tmp_path):
+    """A ``CodeAgent``'s code calls ``final_answer(x)``: the request is ``{"answer": x}``, not ``{}`` (the
+    argument bound to ``forward``'s ``self``), so a replay compares the answer, not nothing."""
+    pytest.importorskip("smolagents")
+    import duckdb
+    from smolagents.default_tools import FinalAnswerTool
+
+    from tests.replay_support import recording_into
+
+    instrument_framework("smolagents")
+    try:
+        with recording_into(tmp_path / "data"), tailcut.run("question"):
+            assert FinalAnswerTool()("It is sunny") == "It is sunny"
+    finally:
+        uninstrument_framework("smolagents")
+    spans = f"read_parquet('{tmp_path / 'data' / 'spans'}/**/*.parquet')"
+    [(request,)] = duckdb.connect().sql(f"SELECT request FROM {spans} WHERE kind = 'tool'").fetchall()
+    assert json.loads(request) == {"answer": "It is sunny"}

@@ -50,6 +50,19 @@ def test_request_is_arguments_bound_to_parameter_names():
     assert first.attributes[attr.RESPONSE_SHA256] == sha256_hex(first.attributes[attr.RESPONSE])
 
 
+def test_a_call_that_does_not_bind_is_recorded_as_passed_by_name_when_it_was():
+    """A model that adds an argument the tool lacks: the call raises, and its request is what the model
+    asked for by name (so a replay and the classifier read the arguments), positional ones kept apart."""
+    with capture_spans() as spans, tailcut.run("agent"):
+        with pytest.raises(TypeError):
+            search_kb(query="x", units="kelvin")
+        with pytest.raises(TypeError):
+            search_kb("x", 2, 3)
+    by_name, positional = _boundaries(spans, "tool")
+    assert json.loads(by_name.attributes[attr.REQUEST]) == {"query": "x", "units": "kelvin"}
+    assert json.loads(positional.attributes[attr.REQUEST]) == {"args": ["x", 2, 3], "kwargs": {}}
+
+
 def test_boundary_attributes_follow_the_contract():
     with capture_spans() as spans, tailcut.run("agent"):
         search_kb("refunds")

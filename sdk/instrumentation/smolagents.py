@@ -5,7 +5,10 @@ Patched: ``Tool.__call__`` (every tool a ``ToolCallingAgent`` calls and every to
 ``CodeAgent`` calls, the built-in ``final_answer`` too), its request the arguments bound to the tool's
 ``forward`` parameters; and ``MultiStepAgent.run`` (not streamed) as the run, its input the task and
 its output the final answer. The model calls are the ``openai`` SDK's (``OpenAIModel``), recorded by its
-instrumentor.
+instrumentor. And ``smolagents.models.is_rate_limit_error``, the retry predicate a model takes when it is
+built: a replay's :class:`~tailcut.errors.Divergence` (or any tailcut error) raised from a model call is
+not a rate limit to wait out, though its text may well contain ``429`` (a request that quotes an
+``HTTP 429`` tool result): smolagents would sleep a minute or more before each of its retries.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from tailcut.errors import TailcutError
 from tailcut.instrumentation._frameworks import ToolCrossing, is_tailcut_boundary, recording, run_call
 from tailcut.instrumentation._otel import TailcutInstrumentor
 from tailcut.instrumentation._patching import Patch, PatchSet
@@ -38,7 +42,8 @@ def _tool_call(original: Any) -> Any:
             return original(self, *args, **kwargs)
         call_kwargs = {key: value for key, value in kwargs.items() if key != "sanitize_inputs_outputs"}
         call_args, call_kwargs = _arguments(self, args, call_kwargs)
-        crossing = ToolCrossing(str(self.name), forward, call_args, call_kwargs)
+        # bound, so a positional argument binds to the tool's first input, not to ``self``
+        crossing = ToolCrossing(str(self.name), forward.__get__(self), call_args, call_kwargs)
         return crossing.run(lambda: original(self, *args, **kwargs))
 
     return call
@@ -55,10 +60,22 @@ def _agent_run(original: Any) -> Any:
     return run
 
 
-def _patches() -> list[Patch]:
-    from smolagents import MultiStepAgent, Tool
+def _rate_limit_predicate(original: Any) -> Any:
+    @functools.wraps(original)
+    def is_rate_limit_error(exception: BaseException) -> bool:
+        return not isinstance(exception, TailcutError) and bool(original(exception))
 
-    return [Patch(Tool, "__call__", _tool_call), Patch(MultiStepAgent, "run", _agent_run)]
+    return is_rate_limit_error
+
+
+def _patches() -> list[Patch]:
+    from smolagents import MultiStepAgent, Tool, models
+
+    return [
+        Patch(Tool, "__call__", _tool_call),
+        Patch(MultiStepAgent, "run", _agent_run),
+        Patch(models, "is_rate_limit_error", _rate_limit_predicate),
+    ]
 
 
 #: The patches of smolagents (``tailcut.init(auto_instrument=True)`` applies them).

@@ -29,11 +29,13 @@ PAIRS = (
     ("langgraph", "openinference"),
     ("langgraph", "openllmetry"),
     ("smolagents", "openinference"),
+    ("smolagents_code", "openinference"),
     ("openai_agents", "openinference"),
 )
 NAMES = {
     "langgraph": "LangGraph",
     "smolagents": "smolagents",
+    "smolagents_code": "smolagents CodeAgent",
     "openai_agents": "OpenAI Agents SDK",
     "llamaindex": "LlamaIndex",
     "openinference": "OpenInference",
