@@ -3,8 +3,9 @@
 Per (framework, instrumentor) pair of issue 28's table, five scenario runs are recorded by that
 instrumentor alone (no tailcut SDK in the agent's process) through a real ``tailcut collect`` against the
 scripted model server, exported with ``tailcut export-corpus`` and replayed with ``tailcut replay`` in
-recorded mode with the model server forbidden: every run passes every rerun, and what the records do not
-hold is reported as not compared rather than hidden. A changed system prompt is still a divergence at
+recorded mode with the model server forbidden: every run passes every rerun with no tool executed, and what
+the records do not hold is reported as not compared rather than hidden; cut mode runs the chosen tool live
+and serves the rest. A changed system prompt is still a divergence at
 the first model call, so the rebuilt comparison is not vacuous.
 """
 
@@ -16,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailcut.cli import cli
-from tests.frameworks import harness, thirdparty_table
+from tests.frameworks import harness, thirdparty_table, tools
 from tests.frameworks._common import MODEL_URL_ENV
 
 pytestmark = pytest.mark.slow
@@ -33,6 +34,7 @@ def server():
 def model(server, monkeypatch):
     monkeypatch.setenv(MODEL_URL_ENV, server.openai_base_url)
     harness.quiet_agents_sdk_tracing()  # the Agents SDK would upload its traces
+    tools.EXECUTIONS.clear()
     return server
 
 
@@ -59,6 +61,18 @@ def test_a_third_party_recording_replays_strictly_without_relax(recorded, model)
     assert all(t["passed"] == t["reruns"] == 2 for t in report["traces"]), report["traces"]
     assert report.get("skipped", []) == []
     assert model.violations == []
+    assert tools.EXECUTIONS == {}  # every tool call served from the record
+
+
+def test_cut_mode_runs_the_chosen_tool_live_and_serves_the_rest(recorded, model):
+    framework, _, corpus, traces = recorded
+    cut = ("--trace", traces["repeated_call"], "--mode", "cut", "--live", "tool:get_weather")
+    with model.forbid():
+        status, report, stderr = thirdparty_table.replay_json(corpus, framework, *cut)
+    assert status == 0, (stderr, thirdparty_table.said(report))
+    (trace,) = report["traces"]
+    assert trace["passed"] == trace["reruns"] == 1
+    assert tools.EXECUTIONS["get_weather"] >= 1 and "lookup_order" not in tools.EXECUTIONS
 
 
 def test_what_the_records_do_not_hold_is_reported_as_not_compared(recorded, model):
