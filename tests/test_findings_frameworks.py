@@ -19,19 +19,12 @@ from tests.frameworks import harness
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def model_server():
-    server = harness.scenario_server()
-    with server:
-        yield server
-
-
 @pytest.mark.parametrize(("framework", "recorder"), findings_scoring.PAIRS)
-def test_findings_at_the_labelled_spans(framework, recorder, model_server, tmp_path):
+def test_findings_at_the_labelled_spans(framework, recorder, scenario_server, tmp_path):
     reason = harness.missing(framework, recorder)
     if reason is not None:
         pytest.skip(reason)
-    data = harness.record(framework, recorder, harness.runs(framework), tmp_path, model_server)
+    data = harness.record(framework, recorder, harness.runs(framework), tmp_path, scenario_server)
     result = CliRunner().invoke(cli, ["classify", "--data", str(data), "--format", "json"])
     assert result.exit_code in (0, 1), result.output
     findings = Dataset(data).findings()

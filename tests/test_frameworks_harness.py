@@ -13,7 +13,6 @@ import json
 import pytest
 
 from tests.frameworks import harness, tools
-from tests.frameworks._common import MODEL_URL_ENV
 from tests.frameworks.scenarios import SCENARIOS, Answer, parse_tag
 
 PAIRS = [
@@ -31,21 +30,6 @@ def skip_unless_installed(framework: str, recorder: str = "tailcut") -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
-def model_server():
-    server = harness.scenario_server()
-    with server:
-        yield server
-
-
-@pytest.fixture
-def model(model_server, monkeypatch):
-    """The scenario server, its URL given to the agents; the Agents SDK kept from uploading traces."""
-    monkeypatch.setenv(MODEL_URL_ENV, model_server.openai_base_url)
-    harness.quiet_agents_sdk_tracing()  # the Agents SDK would upload its traces
-    return model_server
-
-
 def play(framework: str, scenario: str, server) -> tuple[object, list[dict]]:
     """Run one scenario in process; returns (the answer or the exception, the model requests' bodies)."""
     before = len(server.requests)
@@ -58,10 +42,10 @@ def play(framework: str, scenario: str, server) -> tuple[object, list[dict]]:
 
 
 @pytest.mark.parametrize("framework", harness.FRAMEWORKS)
-def test_every_supported_scenario_plays_as_labelled(framework, model):
+def test_every_supported_scenario_plays_as_labelled(framework, scenario_model):
     skip_unless_installed(framework)
     for scenario in harness.runs(framework):
-        outcome, bodies = play(framework, scenario, model)
+        outcome, bodies = play(framework, scenario, scenario_model)
         where = f"{framework}/{scenario}"
         assert bodies, f"{where}: the model was never asked"
         assert {parse_tag(json.dumps(body))[1].name for body in bodies} == {scenario}
@@ -103,11 +87,11 @@ def test_labels_say_where_and_whether_the_run_survived():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("framework", "recorder"), PAIRS)
-def test_recording_through_a_real_collector(framework, recorder, model_server, tmp_path):
+def test_recording_through_a_real_collector(framework, recorder, scenario_server, tmp_path):
     skip_unless_installed(framework, recorder)
     scenarios = harness.runs(framework, RECORDED)
-    requests_before = model_server.request_count
-    data = harness.record(framework, recorder, scenarios, tmp_path, model_server)
+    requests_before = scenario_server.request_count
+    data = harness.record(framework, recorder, scenarios, tmp_path, scenario_server)
     summary = json.loads((tmp_path / "record.json").read_text())
     assert summary == {"runs": len(scenarios), "failed": sum(harness.fails(framework, s) for s in scenarios)}
     found = harness.scenarios_by_trace(data)
@@ -120,8 +104,8 @@ def test_recording_through_a_real_collector(framework, recorder, model_server, t
         .sql(f"select kind, count(*) from read_parquet('{data}/spans/**/*.parquet') group by kind")
         .fetchall()
     )
-    assert kinds.get("llm", 0) >= model_server.request_count - requests_before
+    assert kinds.get("llm", 0) >= scenario_server.request_count - requests_before
     assert len(found) >= len(scenarios) and kinds.get("tool", 0) >= len(scenarios) - 1
     if recorder == "tailcut":  # one trace per run, its model calls and tools inside it
         assert len(found) == len(scenarios) == kinds["root"]
-        assert kinds["llm"] == model_server.request_count - requests_before
+        assert kinds["llm"] == scenario_server.request_count - requests_before

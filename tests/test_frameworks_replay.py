@@ -17,39 +17,24 @@ from click.testing import CliRunner
 
 from tailcut.cli import cli
 from tests.frameworks import harness, tools
-from tests.frameworks._common import MODEL_URL_ENV
 
 SCENARIOS = ["clean", "tool_raises_caught", "tool_raises_fatal", "repeated_call"]
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def server():
-    model_server = harness.scenario_server()
-    with model_server:
-        yield model_server
-
-
 @pytest.fixture(scope="module", params=harness.FRAMEWORKS)
-def recorded(request, server, tmp_path_factory):
+def recorded(request, scenario_server, tmp_path_factory):
     """``(framework, corpus, scenario -> trace id)`` of runs recorded by tailcut alone."""
     framework = request.param
     reason = harness.missing(framework)
     if reason is not None:
         pytest.skip(reason)
     directory = tmp_path_factory.mktemp(framework)
-    data = harness.record(framework, "tailcut", harness.runs(framework, SCENARIOS), directory, server)
+    runs = harness.runs(framework, SCENARIOS)
+    data = harness.record(framework, "tailcut", runs, directory, scenario_server)
     corpus = directory / "corpus"
     return framework, corpus, harness.export_corpus(data, corpus)
-
-
-@pytest.fixture
-def model(server, monkeypatch):
-    monkeypatch.setenv(MODEL_URL_ENV, server.openai_base_url)
-    harness.quiet_agents_sdk_tracing()  # the Agents SDK would upload its traces
-    tools.EXECUTIONS.clear()
-    return server
 
 
 def replay(corpus, agent: str, *args: str) -> tuple[int, dict]:
@@ -57,12 +42,12 @@ def replay(corpus, agent: str, *args: str) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def test_a_recorded_replay_is_strict_bit_stable_and_calls_no_model_and_no_tool(recorded, model):
+def test_a_recorded_replay_is_strict_bit_stable_and_calls_no_model_and_no_tool(recorded, scenario_model):
     framework, corpus, traces = recorded
     assert set(traces) == set(harness.runs(framework, SCENARIOS)), "one trace per run"
-    with model.forbid():
+    with scenario_model.forbid():
         status, report = replay(corpus, harness.entry_point(framework), "-n", "5")
-    assert model.violations == []
+    assert scenario_model.violations == []
     assert tools.EXECUTIONS == {}
     assert status == 0, report
     assert sorted(t["trace_id"] for t in report["traces"]) == sorted(traces.values())
@@ -70,36 +55,36 @@ def test_a_recorded_replay_is_strict_bit_stable_and_calls_no_model_and_no_tool(r
     assert report["canary"]["caught"] is True
 
 
-def test_cut_at_a_tool_runs_that_tool_live_and_serves_the_model(recorded, model):
+def test_cut_at_a_tool_runs_that_tool_live_and_serves_the_model(recorded, scenario_model):
     framework, corpus, traces = recorded
-    with model.forbid():
+    with scenario_model.forbid():
         status, report = replay(
             corpus,
             harness.entry_point(framework),
             *("--trace", traces["repeated_call"], "--mode", "cut", "--live", "tool:get_weather", "-n", "2"),
         )
-    assert model.violations == []
+    assert scenario_model.violations == []
     assert status == 0, report
     assert tools.EXECUTIONS == {"get_weather": 6}  # three calls a run, two reruns
     assert report["traces"][0]["rate"].endswith("2/2 (cut)"), report["traces"][0]
 
 
-def test_cut_at_the_model_calls_it_live_and_serves_the_tools(recorded, model):
+def test_cut_at_the_model_calls_it_live_and_serves_the_tools(recorded, scenario_model):
     framework, corpus, traces = recorded
-    before = model.request_count
+    before = scenario_model.request_count
     status, report = replay(
         corpus,
         harness.entry_point(framework),
         *("--trace", traces["clean"], "--mode", "cut", "--live", "llm:openai.chat"),
     )
     assert status == 0, report
-    assert model.request_count - before == 2
+    assert scenario_model.request_count - before == 2
     assert tools.EXECUTIONS == {}
 
 
-def test_a_changed_system_prompt_is_a_divergence_at_the_first_model_call(recorded, model):
+def test_a_changed_system_prompt_is_a_divergence_at_the_first_model_call(recorded, scenario_model):
     framework, corpus, traces = recorded
-    with model.forbid():
+    with scenario_model.forbid():
         status, report = replay(corpus, f"tests.frameworks.changed:{framework}", "--trace", traces["clean"])
     assert status == 1
     (trace,) = report["traces"]
@@ -110,7 +95,7 @@ def test_a_changed_system_prompt_is_a_divergence_at_the_first_model_call(recorde
 
 @pytest.mark.parametrize("framework", harness.FRAMEWORKS)
 def test_with_openinference_in_the_same_process_each_call_is_replayed_once(
-    framework, server, model, tmp_path
+    framework, scenario_server, scenario_model, tmp_path
 ):
     """tailcut and the framework's OpenInference instrumentor both record: the corpus holds each model
     call and tool call once (tailcut's), and the replay is strict and bit-stable."""
@@ -118,7 +103,7 @@ def test_with_openinference_in_the_same_process_each_call_is_replayed_once(
     if reason is not None:
         pytest.skip(reason)
     scenarios = ["clean", "tool_raises_caught"]
-    data = harness.record(framework, "tailcut+openinference", scenarios, tmp_path, server)
+    data = harness.record(framework, "tailcut+openinference", scenarios, tmp_path, scenario_server)
     traces = harness.export_corpus(data, tmp_path / "corpus")
     import pyarrow.parquet as pq
 
@@ -126,7 +111,7 @@ def test_with_openinference_in_the_same_process_each_call_is_replayed_once(
     clean = [(e["boundary"], e["convention"]) for e in envelopes if e["trace_id"] == traces["clean"]]
     assert [boundary for boundary, _ in clean if boundary.startswith("llm:")] == ["llm:openai.chat"] * 2
     assert {convention for _, convention in clean} == {"tailcut"}
-    with server.forbid():
+    with scenario_server.forbid():
         status, report = replay(tmp_path / "corpus", harness.entry_point(framework), "-n", "2")
     assert status == 0, report
     assert {t["rate"] for t in report["traces"]} == {"bit-stable 2/2 (recorded)"}

@@ -18,28 +18,12 @@ from click.testing import CliRunner
 
 from tailcut.cli import cli
 from tests.frameworks import harness, thirdparty_table, tools
-from tests.frameworks._common import MODEL_URL_ENV
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def server():
-    model_server = harness.scenario_server()
-    with model_server:
-        yield model_server
-
-
-@pytest.fixture
-def model(server, monkeypatch):
-    monkeypatch.setenv(MODEL_URL_ENV, server.openai_base_url)
-    harness.quiet_agents_sdk_tracing()  # the Agents SDK would upload its traces
-    tools.EXECUTIONS.clear()
-    return server
-
-
 @pytest.fixture(scope="module", params=thirdparty_table.PAIRS, ids="/".join)
-def recorded(request, server, tmp_path_factory):
+def recorded(request, scenario_server, tmp_path_factory):
     """``(framework, instrumentor, corpus, scenario -> trace id)`` of runs that instrumentor recorded."""
     framework, instrumentor = request.param
     reason = harness.missing(framework, instrumentor)
@@ -47,27 +31,27 @@ def recorded(request, server, tmp_path_factory):
         pytest.skip(reason)
     directory = tmp_path_factory.mktemp(f"{framework}-{instrumentor}")
     runs = harness.runs(framework, thirdparty_table.SCENARIOS)
-    data = harness.record(framework, instrumentor, runs, directory, server)
+    data = harness.record(framework, instrumentor, runs, directory, scenario_server)
     corpus = directory / "corpus"
     return framework, instrumentor, corpus, harness.export_corpus(data, corpus)
 
 
-def test_a_third_party_recording_replays_strictly_without_relax(recorded, model):
+def test_a_third_party_recording_replays_strictly_without_relax(recorded, scenario_model):
     framework, _, corpus, traces = recorded
-    with model.forbid():
+    with scenario_model.forbid():
         status, report, stderr = thirdparty_table.replay_json(corpus, framework, "-n", "2")
     assert status == 0, (stderr, thirdparty_table.said(report))
     assert {t["trace_id"] for t in report["traces"]} == set(traces.values())
     assert all(t["passed"] == t["reruns"] == 2 for t in report["traces"]), report["traces"]
     assert report.get("skipped", []) == []
-    assert model.violations == []
+    assert scenario_model.violations == []
     assert tools.EXECUTIONS == {}  # every tool call served from the record
 
 
-def test_cut_mode_runs_the_chosen_tool_live_and_serves_the_rest(recorded, model):
+def test_cut_mode_runs_the_chosen_tool_live_and_serves_the_rest(recorded, scenario_model):
     framework, _, corpus, traces = recorded
     cut = ("--trace", traces["repeated_call"], "--mode", "cut", "--live", "tool:get_weather")
-    with model.forbid():
+    with scenario_model.forbid():
         status, report, stderr = thirdparty_table.replay_json(corpus, framework, *cut)
     assert status == 0, (stderr, thirdparty_table.said(report))
     (trace,) = report["traces"]
@@ -75,9 +59,9 @@ def test_cut_mode_runs_the_chosen_tool_live_and_serves_the_rest(recorded, model)
     assert tools.EXECUTIONS["get_weather"] >= 1 and "lookup_order" not in tools.EXECUTIONS
 
 
-def test_what_the_records_do_not_hold_is_reported_as_not_compared(recorded, model):
+def test_what_the_records_do_not_hold_is_reported_as_not_compared(recorded, scenario_model):
     framework, instrumentor, corpus, traces = recorded
-    with model.forbid():
+    with scenario_model.forbid():
         _, report, _ = thirdparty_table.replay_json(corpus, framework, "--trace", traces["clean"])
     (trace,) = report["traces"]
     for entry in trace["not_compared"]:
@@ -88,10 +72,10 @@ def test_what_the_records_do_not_hold_is_reported_as_not_compared(recorded, mode
         assert any("$.tools[*] (but their names)" in entry for entry in trace["not_compared"]), trace
 
 
-def test_a_changed_system_prompt_is_a_divergence_at_the_first_model_call(recorded, model):
+def test_a_changed_system_prompt_is_a_divergence_at_the_first_model_call(recorded, scenario_model):
     framework, _, corpus, traces = recorded
     changed = ["--agent", f"tests.frameworks.changed:{framework}", "--trace", traces["clean"]]
-    with model.forbid():
+    with scenario_model.forbid():
         result = CliRunner().invoke(cli, ["replay", str(corpus), *changed, "--format", "json"])
     assert result.exit_code == 1, result.stdout
     (trace,) = json.loads(result.stdout)["traces"]
