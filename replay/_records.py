@@ -24,8 +24,10 @@ Each trace: ``trace_id``, ``label`` (its category, ``baseline`` or empty), ``mod
 ``pass_rate`` (an estimate record as the analysis commands write them: ``{"value", "numerator",
 "denominator", "low", "high", "confidence": 0.95, "method": "wilson", "sample": "reruns"}``),
 ``bit_stable``, ``not_live``, ``first_divergence`` (text or null), ``unwrapped`` (third-party tool
-crossings that ran live because the agent's tool is not wrapped for replay) and ``not_compared`` (per
-boundary, what the live requests held that its third-party records do not, so it was not compared).
+crossings that ran live because the agent's tool is not wrapped for replay), ``rejected`` (third-party
+tool calls the framework refused before the tool ran, in the record and in the reruns: the tool ran
+neither time) and ``not_compared`` (per boundary, what the live requests held that its third-party
+records do not, so it was not compared).
 
 CSV (``--format csv``) has one row per trace (:func:`report_rows`) with the columns :data:`CSV_COLUMNS`.
 """
@@ -105,6 +107,7 @@ def _trace(summary: TraceSummary) -> dict[str, Any]:
         "first_divergence": summary.first_divergence,
         "first_failure": summary.first_failure,
         "unwrapped": list(summary.unwrapped),
+        "rejected": list(summary.rejected),
         "not_compared": list(summary.not_compared),
     }
 

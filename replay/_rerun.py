@@ -71,6 +71,10 @@ class Rerun(CrossingCounts):
     unwrapped : tuple of str
         Third-party tool crossings the agent never asked for: its tool is not wrapped for replay, so it
         ran live (``tool:search#1 (openinference)``).
+    rejected : tuple of str
+        Third-party tool crossings the agent never asked for because the framework refused the call
+        before its tool ran, as it did in the record (``tool:search#1 (openinference): 1 validation error
+        for search ...``).
     not_compared : tuple of str
         Per boundary, what the live requests held that its third-party records do not (so it was not
         compared): ``llm:openai.chat: $.tool_choice (not in the records of smolagents under OpenInference)``.
@@ -97,6 +101,7 @@ class Rerun(CrossingCounts):
     recorded_error_type: str | None = None
     recorded_output: Any = None
     unwrapped: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
     not_compared: tuple[str, ...] = ()
     live_counts: Mapping[str, int] = field(default_factory=dict)
     served_counts: Mapping[str, int] = field(default_factory=dict)

@@ -50,6 +50,8 @@ class TraceSummary:
     label: str = ""
     diverged: int = 0
     unwrapped: tuple[str, ...] = ()
+    #: Recorded tool calls the framework refused before the tool ran, in the record and in the reruns.
+    rejected: tuple[str, ...] = ()
     #: What the live requests held that the third-party records do not (per boundary): not compared.
     not_compared: tuple[str, ...] = ()
     #: Why the first failed rerun failed: what the agent raised (type and message), else the check's word.
@@ -81,6 +83,7 @@ class TraceSummary:
                 f"    ran live, not wrapped for replay: {', '.join(self.unwrapped)} "
                 "(wrap the tool with @tailcut.tool to serve it from the record)"
             )
+        lines += [f"    refused before the tool ran, as in the record: {entry}" for entry in self.rejected]
         lines += [f"    not compared: {entry}" for entry in self.not_compared]
         return "\n".join(lines)
 
@@ -120,6 +123,7 @@ class ReplayReport:
         )
         first = next((r.rerun.first_divergence for r in results if r.rerun.divergences), None)
         unwrapped = tuple(dict.fromkeys(key for r in results for key in r.rerun.unwrapped))
+        rejected = tuple(dict.fromkeys(entry for r in results for entry in r.rerun.rejected))
         not_compared = tuple(dict.fromkeys(entry for r in results for entry in r.rerun.not_compared))
         failure = next((_failure_reason(r) for r in results if r.status == "fail"), None)
         run = self.runs[trace_id]
@@ -137,6 +141,7 @@ class ReplayReport:
             label=label,
             diverged=sum(r.status == "diverged" for r in results),
             unwrapped=unwrapped,
+            rejected=rejected,
             not_compared=not_compared,
             first_failure=failure,
         )
@@ -367,6 +372,7 @@ class _Plan:
             recorded_error_type=run.error_type,
             recorded_output=run.output,
             unwrapped=tuple(replay.unwrapped),
+            rejected=tuple(replay.rejected),
             not_compared=tuple(replay.not_compared),
             live_counts=dict(replay.live_counts),
             served_counts=dict(replay.served_counts),

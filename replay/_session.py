@@ -37,7 +37,9 @@ the live call's arguments keyed by that argument's name. A third-party reply is 
 events when the agent streams (:mod:`tailcut.replay._chunks`: those conventions record the reply a stream
 added up to). A third-party *tool* envelope is served only when the agent's tool is wrapped for replay
 (``@tailcut.tool``); one never asked for ran live unwrapped, and is reported in ``unwrapped``, not as
-a missing crossing: nothing can tell whether it ran.
+a missing crossing: nothing can tell whether it ran. One whose record says the framework refused the call
+before its tool ran (the arguments broke the tool's contract: an observation of ``tool_schema``, such as
+LangChain's ``validation error for``) is reported in ``rejected`` instead: it ran neither then nor now.
 
 Crossings made outside any ``tailcut.run`` (an agent whose root span another instrumentation opens) are
 numbered per rerun: the session makes the block a trace of its own (a non-recording parent span), so
@@ -199,6 +201,7 @@ class ReplaySession(CrossingCounts):
         self._slot_of: dict[int, _Slot] = {}
         self._divergences: list[DivergenceRecord] = []
         self._unwrapped: list[Envelope] = []
+        self._rejected: list[tuple[Envelope, str]] = []
         self._not_compared: dict[str, set[str]] = {}
         self._asked: Crossing | None = None  # the crossing on_boundary is deciding, as it was asked
         self._stopped: DivergenceRecord | None = None
@@ -230,6 +233,16 @@ class ReplaySession(CrossingCounts):
         """
         with self._lock:
             return [f"{e.key} ({e.convention})" for e in self._unwrapped]
+
+    @property
+    def rejected(self) -> list[str]:
+        """Third-party tool crossings never asked for whose record shows the framework refused the call
+        before the tool ran (so it ran neither in the record nor in the rerun).
+
+        Each is ``boundary#occurrence (convention): the record's error``; filled in by :meth:`close`.
+        """
+        with self._lock:
+            return [f"{e.key} ({e.convention}): {quote}" for e, quote in self._rejected]
 
     @property
     def not_compared(self) -> list[str]:
@@ -324,7 +337,11 @@ class ReplaySession(CrossingCounts):
             if self.mode is not ReplayMode.LIVE and self._stopped is None:
                 for envelope in self._cassette.unplayed():
                     if envelope.third_party and envelope.kind != "llm":
-                        self._unwrapped.append(envelope)
+                        refusal = _refusal(envelope)
+                        if refusal is None:
+                            self._unwrapped.append(envelope)
+                        else:
+                            self._rejected.append((envelope, refusal))
                     else:
                         downstream = self._downstream()
                         self._divergences.append(missing_divergence(envelope, downstream_of=downstream))
@@ -608,3 +625,14 @@ def session(
         unexpected = next((d for d in replay.divergences if not d.expected), None)
         if unexpected is not None:  # e.g. missing, or raised into an agent that swallowed it
             raise Divergence(unexpected.message, unexpected)
+
+
+def _refusal(envelope: Envelope) -> str | None:
+    """The quoted error of a recorded tool call the framework refused before the tool ran (its arguments
+    broke the tool's contract, as :mod:`tailcut.exporters.conventions.observations` reads it), else None."""
+    from tailcut.exporters.conventions.observations import observe
+
+    seen = observe(envelope.error_message)
+    if seen is None or seen.rule.category != "schema_violation" or seen.rule.layer != "tool_schema":
+        return None
+    return seen.quote

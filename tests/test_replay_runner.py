@@ -410,6 +410,7 @@ TRACE_KEYS = {
     "first_divergence",
     "first_failure",
     "unwrapped",
+    "rejected",
     "not_compared",
 }
 REPORT_KEYS = {
