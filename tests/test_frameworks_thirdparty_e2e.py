@@ -46,6 +46,15 @@ def test_a_third_party_recording_replays_strictly_without_relax(recorded, scenar
     assert report.get("skipped", []) == []
     assert scenario_model.violations == []
     assert tools.EXECUTIONS == {}  # every tool call served from the record
+    # no tool ran live; a call LangChain refused (the extra "units" argument) is said to be refused
+    assert all(t["unwrapped"] == [] for t in report["traces"]), report["traces"]
+    refused = {t["trace_id"]: t["rejected"] for t in report["traces"] if t["rejected"]}
+    if framework == "langgraph":
+        assert list(refused) == [traces["unexpected_argument"]], refused
+        assert refused[traces["unexpected_argument"]][0].startswith("tool:get_weather#1 (")
+        assert "validation error for" in refused[traces["unexpected_argument"]][0]
+    else:
+        assert refused == {}
 
 
 def test_cut_mode_runs_the_chosen_tool_live_and_serves_the_rest(recorded, scenario_model):

@@ -237,3 +237,36 @@ def test_a_corpus_with_nothing_replayable_exits_3_and_says_what_to_record(tmp_pa
     status, report = replay_json(corpus, "--agent", AGENT, "--no-strict")
     assert (status, report["exit_code"], report["traces"]) == (3, 3, [])
     assert report["skipped"][0]["trace_id"] == trace_id
+
+
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ("1 validation error for WeatherArgs\nunits\n  Extra inputs are not permitted", True),
+        ("get_weather() got an unexpected keyword argument 'units'", True),
+        ("RuntimeError: the order service is down", False),  # the tool ran and raised: it runs live again
+        ("HTTP Error 429: Too Many Requests", False),
+        (None, False),
+    ],
+)
+def test_only_a_call_refused_for_its_arguments_counts_as_refused_before_the_tool_ran(message, refused):
+    from tailcut.replay._corpus import Envelope
+    from tailcut.replay._session import _refusal
+
+    envelope = Envelope(
+        seq=2,
+        boundary="tool:get_weather",
+        occurrence=1,
+        kind="tool",
+        request='{"city":"Paris","units":"kelvin"}',
+        request_sha256=None,
+        response=None,
+        response_sha256=None,
+        error_type="ValidationError" if message else None,
+        error_message=message,
+        convention="openinference",
+    )
+    quote = _refusal(envelope)
+    assert (quote is not None) == refused
+    if refused:
+        assert quote and quote in message.replace("\n", " ") or quote.split()[0] in message
