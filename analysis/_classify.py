@@ -266,6 +266,11 @@ def _run(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str
     return table.select(list(_rules.FINDING_COLUMNS)).cast(rule_rows_schema())
 
 
+def _trace_ids(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> pa.Array:
+    """The ``trace_id`` column of one query's rows."""
+    return connection.sql(query, params=parameters or None).to_arrow_table()["trace_id"].combine_chunks()
+
+
 def _execute(connection: duckdb.DuckDBPyConnection, query: str, parameters: dict[str, Any]) -> None:
     """Run one statement that makes a table (no rows back)."""
     connection.execute(query, _rules.named_parameters(query, parameters))
@@ -423,19 +428,20 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
 def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted.
 
-    From the features written with the spans for the traces they describe
-    (:func:`._features_coverage.usable`), from a survey of the spans and the suspects' spans for the
-    others. The ``tool_loop`` and ``silent_degradation`` findings the writers judged stand unless
-    :func:`._features_coverage.written_judgments_hold` says otherwise; ``tool_loop`` is judged again for
-    the traces far from the reference when one is far in depth or span count (that may make one, or add
-    to it: :func:`_far_in_structure`).
+        From the features written with the spans for the traces they describe
+        (:func:`._features_coverage.usable`), from a survey of the spans and the suspects' spans for the
+        others. The ``tool_loop`` and ``silent_degradation`` findings the writers judged stand unless
+        :func:`._features_coverage.written_judgments_hold` says otherwise; ``tool_loop`` is judged again for
+        the traces far from the reference when one is far in depth or span count (that may make one, or add
+        to it: :func:`_far_in_structure`).
 
-    The statements that do not wait on each other run at once, on cursors of the dataset's connection in
-    two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
-    thread finds what the features describe; then the per-call reference (``_per_call``) and the roles
-    (``_roles``) while this thread reads the stored checks; then the category queries beside each other.
-    DuckDB lets go of the GIL while it executes, and one statement this small rarely keeps two cores busy
-    (alone, a classification of the benchmark's 1M spans used 1.3 CPU-seconds per second of its time).
+        The statements that do not wait on each other run at once, on cursors of the dataset's connection in
+        two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
+        thread finds what the features describe; then the per-call reference (``_per_call``) and the roles
+        (``_roles``) while this thread reads the stored checks; then the category queries beside each other
+    (and the ``traces`` rows that say ``fail``) while this thread merges the drift findings.
+        DuckDB lets go of the GIL while it executes, and one statement this small rarely keeps two cores busy
+        (alone, a classification of the benchmark's 1M spans used 1.3 CPU-seconds per second of its time).
     """
     import pyarrow as pa
 
@@ -484,9 +490,10 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
             *(() if written else (_rules.SILENT_SQL,)),
         )
         running = [pool.submit(_on_cursor, _run, connection, q, parameters) for q in judged]
+        said_fail = pool.submit(_on_cursor, _trace_ids, connection, _SAID_FAIL_SQL, {})
         drifts = _problem_rows(problems, "schema_drift", "arguments follow another schema version")
         tables = [local, *(r.result() for r in running), _merge_drift(drifts, retries)]
-    table = _finish(connection, pa.concat_tables(tables))
+        table = _finish(pa.concat_tables(tables), said_fail.result())
     for name in _SCRATCH_TABLES:
         connection.execute(f"DROP TABLE IF EXISTS {name}")
     _features_coverage.drop(dataset)
@@ -495,43 +502,57 @@ def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     return table
 
 
-_FINISH_SQL: Final = """
-WITH failed AS (
-    SELECT DISTINCT trace_id FROM _found
-    WHERE category = 'error'
-      AND (list_contains(signals, 'run failed') OR list_contains(signals, 'root status ERROR'))
-),
-said_fail AS (SELECT DISTINCT trace_id FROM traces WHERE outcome = 'fail' AND trace_id IS NOT NULL),
-kept AS (
-    SELECT * FROM _found
-    WHERE category <> 'silent_degradation'
-       OR trace_id NOT IN (SELECT trace_id FROM _found WHERE category = 'error')
-    QUALIFY row_number() OVER (PARTITION BY trace_id, category ORDER BY coalesce(seq, 0), span_id) = 1
-)
-SELECT k.*,
-       k.trace_id NOT IN (SELECT trace_id FROM failed) AND k.trace_id NOT IN (SELECT trace_id FROM said_fail)
-           AS recovered
-FROM kept k
-ORDER BY trace_id, category
-"""
-"""The ``findings`` table of the rules' rows (``_found``): one row per (trace, category), the earliest when
-two rules found one (a tool call that broke its schema and a refusal the harness reported are both a
-``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs that failed
-with no failed boundary and no failure observation); and ``recovered``: the run did not fail and no
-``traces`` row of it says outcome ``fail`` (only the rows that do are read). A run that failed always has
-an ``error`` finding that says so (``run failed``: its root or an agent span failed, the OpenAI Agents
-SDK's workflow root staying OK when its agent raised; ``root status ERROR``: the root failed with no
-failed boundary), so no span is read."""
+def _finish(found: pa.Table, said_fail: pa.Array) -> pa.Table:
+    """The ``findings`` table (:func:`findings_schema`) of the rules' rows ``found``, sorted by trace and
+    category; ``said_fail`` are the traces whose ``traces`` rows say outcome ``fail``
+    (:data:`_SAID_FAIL_SQL`).
 
+    One row per (trace, category): the earliest span's (by ``seq``, then span id, then the rules' order)
+    when two rules found one (a tool call that broke its schema and a refusal the harness reported are
+    both a ``schema_violation``); no ``silent_degradation`` of a trace with an ``error`` (it is for runs
+    that failed with no failed boundary and no failure observation); and ``recovered``: the run did not
+    fail and no ``traces`` row of it says outcome ``fail`` (only the rows that do are read). A run that
+    failed always has an ``error`` finding that says so (``run failed``: its root or an agent span failed,
+    the OpenAI Agents SDK's workflow root staying OK when its agent raised; ``root status ERROR``: the root
+    failed with no failed boundary), so no span is read. In Arrow: a few thousand rows, which a window in
+    SQL took twice as long to deduplicate.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-def _finish(connection: duckdb.DuckDBPyConnection, found: pa.Table) -> pa.Table:
-    """The ``findings`` table (:func:`findings_schema`) of the rules' rows ``found`` (:data:`_FINISH_SQL`)."""
-    connection.register("_found", found)
-    try:
-        table = connection.sql(_FINISH_SQL).to_arrow_table()
-    finally:
-        connection.unregister("_found")
+    found = found.combine_chunks()
+    keys = pa.table(
+        {
+            "trace_id": found["trace_id"],
+            "category": found["category"],
+            "seq": pc.fill_null(found["seq"], 0),
+            "span_id": found["span_id"],
+        }
+    )
+    ordered = found.take(pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in keys.column_names]))
+    ids, categories = ordered["trace_id"].combine_chunks(), ordered["category"].combine_chunks()
+    if ordered.num_rows > 1:  # sort_indices is stable: the first of equals stays first
+        new = pc.or_(pc.not_equal(ids[1:], ids[:-1]), pc.not_equal(categories[1:], categories[:-1]))
+        ordered = ordered.filter(pa.concat_arrays([pa.array([True]), new]))
+        ids, categories = ordered["trace_id"].combine_chunks(), ordered["category"].combine_chunks()
+    errored = ids.filter(pc.equal(categories, "error"))
+    silent_beside_error = pc.and_(
+        pc.equal(categories, "silent_degradation"), pc.is_in(ids, value_set=errored)
+    )
+    ordered = ordered.filter(pc.invert(silent_beside_error))
+    ids, categories = ordered["trace_id"].combine_chunks(), ordered["category"].combine_chunks()
+    signals = ordered["signals"].combine_chunks()
+    says_failed = pc.is_in(pc.list_flatten(signals), value_set=pa.array(_RUN_FAILED_SIGNALS))
+    rows = pc.unique(pc.list_parent_indices(signals).filter(says_failed))
+    failed = pc.take(ids, rows).filter(pc.take(pc.equal(categories, "error"), rows))
+    recovered = pc.invert(pc.or_(pc.is_in(ids, value_set=failed), pc.is_in(ids, value_set=said_fail)))
+    table = ordered.append_column("recovered", recovered)
     return table.select(findings_schema().names).cast(findings_schema())
+
+
+#: The ``error`` signals that say the run itself failed (see :func:`_finish`).
+_RUN_FAILED_SIGNALS: Final = ("run failed", "root status ERROR")
+_SAID_FAIL_SQL: Final = "SELECT trace_id FROM traces WHERE outcome = 'fail' AND trace_id IS NOT NULL"
 
 
 def _far_in_structure(connection: duckdb.DuckDBPyConnection, parameters: dict[str, Any]) -> bool:
