@@ -428,20 +428,20 @@ def classify(dataset: Dataset, *, thresholds: Thresholds | None = None) -> pl.Da
 def compute_findings(dataset: Dataset, limits: Thresholds) -> pa.Table:
     """The findings of every kept trace under ``limits``, in :func:`findings_schema`, sorted.
 
-        From the features written with the spans for the traces they describe
-        (:func:`._features_coverage.usable`), from a survey of the spans and the suspects' spans for the
-        others. The ``tool_loop`` and ``silent_degradation`` findings the writers judged stand unless
-        :func:`._features_coverage.written_judgments_hold` says otherwise; ``tool_loop`` is judged again for
-        the traces far from the reference when one is far in depth or span count (that may make one, or add
-        to it: :func:`_far_in_structure`).
+    From the features written with the spans for the traces they describe
+    (:func:`._features_coverage.usable`), from a survey of the spans and the suspects' spans for the
+    others. The ``tool_loop`` and ``silent_degradation`` findings the writers judged stand unless
+    :func:`._features_coverage.written_judgments_hold` says otherwise; ``tool_loop`` is judged again for
+    the traces far from the reference when one is far in depth or span count (that may make one, or add
+    to it: :func:`_far_in_structure`).
 
-        The statements that do not wait on each other run at once, on cursors of the dataset's connection in
-        two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
-        thread finds what the features describe; then the per-call reference (``_per_call``) and the roles
-        (``_roles``) while this thread reads the stored checks; then the category queries beside each other
+    The statements that do not wait on each other run at once, on cursors of the dataset's connection in
+    two worker threads: the reference and z-scores (``_scores``, from the ``traces`` table alone) while this
+    thread finds what the features describe; then the per-call reference (``_per_call``) and the roles
+    (``_roles``) while this thread reads the stored checks; then the category queries beside each other
     (and the ``traces`` rows that say ``fail``) while this thread merges the drift findings.
-        DuckDB lets go of the GIL while it executes, and one statement this small rarely keeps two cores busy
-        (alone, a classification of the benchmark's 1M spans used 1.3 CPU-seconds per second of its time).
+    DuckDB lets go of the GIL while it executes, and one statement this small rarely keeps two cores busy
+    (alone, a classification of the benchmark's 1M spans used 1.3 CPU-seconds per second of its time).
     """
     import pyarrow as pa
 
