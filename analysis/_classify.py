@@ -530,17 +530,17 @@ def _finish(found: pa.Table, said_fail: pa.Array) -> pa.Table:
         }
     )
     ordered = found.take(pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in keys.column_names]))
-    ids, categories = ordered["trace_id"].combine_chunks(), ordered["category"].combine_chunks()
+    ids, categories = _trace_and_category(ordered)
     if ordered.num_rows > 1:  # sort_indices is stable: the first of equals stays first
         new = pc.or_(pc.not_equal(ids[1:], ids[:-1]), pc.not_equal(categories[1:], categories[:-1]))
         ordered = ordered.filter(pa.concat_arrays([pa.array([True]), new]))
-        ids, categories = ordered["trace_id"].combine_chunks(), ordered["category"].combine_chunks()
+        ids, categories = _trace_and_category(ordered)
     errored = ids.filter(pc.equal(categories, "error"))
     silent_beside_error = pc.and_(
         pc.equal(categories, "silent_degradation"), pc.is_in(ids, value_set=errored)
     )
     ordered = ordered.filter(pc.invert(silent_beside_error))
-    ids, categories = ordered["trace_id"].combine_chunks(), ordered["category"].combine_chunks()
+    ids, categories = _trace_and_category(ordered)
     signals = ordered["signals"].combine_chunks()
     says_failed = pc.is_in(pc.list_flatten(signals), value_set=pa.array(_RUN_FAILED_SIGNALS))
     rows = pc.unique(pc.list_parent_indices(signals).filter(says_failed))
@@ -548,6 +548,11 @@ def _finish(found: pa.Table, said_fail: pa.Array) -> pa.Table:
     recovered = pc.invert(pc.or_(pc.is_in(ids, value_set=failed), pc.is_in(ids, value_set=said_fail)))
     table = ordered.append_column("recovered", recovered)
     return table.select(findings_schema().names).cast(findings_schema())
+
+
+def _trace_and_category(table: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """The ``trace_id`` and ``category`` columns of ``table``, each one array."""
+    return table["trace_id"].combine_chunks(), table["category"].combine_chunks()
 
 
 #: The ``error`` signals that say the run itself failed (see :func:`_finish`).

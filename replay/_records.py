@@ -25,8 +25,8 @@ Each trace: ``trace_id``, ``label`` (its category, ``baseline`` or empty), ``mod
 "denominator", "low", "high", "confidence": 0.95, "method": "wilson", "sample": "reruns"}``),
 ``bit_stable``, ``not_live``, ``first_divergence`` (text or null), ``unwrapped`` (third-party tool
 crossings that ran live because the agent's tool is not wrapped for replay), ``rejected`` (third-party
-tool calls the framework refused before the tool ran, in the record and in the reruns: the tool ran
-neither time) and ``not_compared`` (per boundary, what the live requests held that its third-party
+tool calls the record says the framework refused before the tool ran, and that the reruns never asked
+for) and ``not_compared`` (per boundary, what the live requests held that its third-party
 records do not, so it was not compared).
 
 CSV (``--format csv``) has one row per trace (:func:`report_rows`) with the columns :data:`CSV_COLUMNS`.

@@ -50,7 +50,7 @@ class TraceSummary:
     label: str = ""
     diverged: int = 0
     unwrapped: tuple[str, ...] = ()
-    #: Recorded tool calls the framework refused before the tool ran, in the record and in the reruns.
+    #: Recorded tool calls the framework refused before the tool ran, which the reruns never asked for.
     rejected: tuple[str, ...] = ()
     #: What the live requests held that the third-party records do not (per boundary): not compared.
     not_compared: tuple[str, ...] = ()

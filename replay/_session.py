@@ -39,7 +39,8 @@ added up to). A third-party *tool* envelope is served only when the agent's tool
 (``@tailcut.tool``); one never asked for ran live unwrapped, and is reported in ``unwrapped``, not as
 a missing crossing: nothing can tell whether it ran. One whose record says the framework refused the call
 before its tool ran (the arguments broke the tool's contract: an observation of ``tool_schema``, such as
-LangChain's ``validation error for``) is reported in ``rejected`` instead: it ran neither then nor now.
+LangChain's ``validation error for``) is reported in ``rejected`` instead: the record says the tool
+never ran, and the rerun never asked for it.
 
 Crossings made outside any ``tailcut.run`` (an agent whose root span another instrumentation opens) are
 numbered per rerun: the session makes the block a trace of its own (a non-recording parent span), so
@@ -237,7 +238,7 @@ class ReplaySession(CrossingCounts):
     @property
     def rejected(self) -> list[str]:
         """Third-party tool crossings never asked for whose record shows the framework refused the call
-        before the tool ran (so it ran neither in the record nor in the rerun).
+        before the tool ran (the rerun never asked for them either).
 
         Each is ``boundary#occurrence (convention): the record's error``; filled in by :meth:`close`.
         """
