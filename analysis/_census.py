@@ -8,14 +8,18 @@ section 5, "census categories"). Each flag is the ``classify`` rule restated ove
 ======================  ============================================================================
 category                census flag (``Thresholds`` defaults)
 ======================  ============================================================================
-``error``               ``error_count > 0``: a span failed, whether or not the run survived it (a
-                        failure reported only in a payload is not in the row: see below)
-``schema_violation``    ``schema_violations > 0``: a tool call's arguments broke the schema sent
+``error``               ``error_spans > 0`` or ``root_failed``: a span failed (and it was no
+                        refusal) or reported a failure in its status, events or result, whether or
+                        not the run survived it (``error_count > 0`` in files written before
+                        ``error_spans``)
+``schema_violation``    ``schema_violations > 0``: a tool call's arguments broke the schema sent, or
+                        ``refused_calls > 0``: a span's failure text says the harness refused the
+                        model's output
 ``tool_loop``           ``max_tool_repeat ≥ loop_min_repeats``, or depth or span count with robust
                         z ≥ ``structure_z`` against the agent's reference (the baseline slice's rows)
 ``cost_blowup``         tokens or LLM calls with z ≥ ``cost_z``, or duration z ≥ ``duration_z``,
                         against the same reference
-``silent_degradation``  no failed span, and outcome ``fail``
+``silent_degradation``  no ``error`` (as above), and outcome ``fail``
                         or ``outcome_score < score_threshold`` (a final answer cut off or empty is not
                         in the row: a data dir with such runs takes the sampled path)
 ``schema_drift``        none: it compares a call's arguments with earlier recorded schema versions
@@ -78,7 +82,10 @@ READ: Final = (
     "llm_calls",
     "duration_ms",
     "error_count",
+    "error_spans",
+    "root_failed",
     "schema_violations",
+    "refused_calls",
     "max_tool_repeat",
     "has_root",
     "outcome",
@@ -98,16 +105,24 @@ _SCORES: Final = {
 }
 
 
+#: A row ``t`` shows an ``error``: a span that shows one (a failure reported in a payload or an event
+#: included) or a failed root; in files written before ``error_spans``, a failed span.
+_SHOWS_ERROR: Final = (
+    "(CASE WHEN t.error_spans IS NULL THEN t.error_count > 0 "
+    "ELSE t.error_spans > 0 OR coalesce(t.root_failed, false) END)"
+)
+
+
 def _flags() -> dict[str, str]:
     """Each census category's flag as SQL over a ``traces`` row ``t`` and its z-scores ``z``."""
     return {
-        "error": "t.error_count > 0",
-        "schema_violation": "t.schema_violations > 0",
+        "error": _SHOWS_ERROR,
+        "schema_violation": "(t.schema_violations > 0 OR coalesce(t.refused_calls > 0, false))",
         "tool_loop": f"(t.max_tool_repeat >= $loop_min_repeats OR coalesce({_SCORES['depth']} >= "
         f"$structure_z OR {_SCORES['spans']} >= $structure_z, false))",
         "cost_blowup": f"coalesce({_SCORES['tokens']} >= $cost_z OR {_SCORES['calls']} >= $cost_z "
         f"OR {_SCORES['duration']} >= $duration_z, false)",
-        "silent_degradation": "(t.has_root AND t.error_count = 0 AND (t.outcome = 'fail' "
+        "silent_degradation": f"(t.has_root AND NOT {_SHOWS_ERROR} AND (t.outcome = 'fail' "
         "OR coalesce(t.outcome_score < $score_threshold, false)))",
     }
 

@@ -192,10 +192,8 @@ def per_call_sql(*, features: bool, spans: str | None) -> str:
 
 # -------------------------------------------------------------------------------------------- error
 
-#: The boundary kinds whose result is read for failure observations (an ``llm`` response is the model's).
-RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
-#: How much of a boundary's result is searched for a failure observation (reports sit at its start).
-RESULT_CHARS: Final = 4000
+RESULT_KINDS: Final = observations.RESULT_KINDS
+RESULT_CHARS: Final = observations.RESULT_CHARS
 
 
 def _in(kinds: tuple[str, ...]) -> str:
@@ -222,7 +220,8 @@ _MESSAGE_TEXT: Final = (
 #: ``agent.step_recovery``), the start of a boundary's result (a JSON string result unquoted; a message
 #: object's ``content``, such as LangChain's ``ToolMessage``, first), and of any other span's result only
 #: the LangChain parse errors of tool calls it carries (:data:`observations.INVALID_TOOL_CALLS` on). NULL
-#: when all are empty. The observation rules (:mod:`tailcut.exporters.conventions.observations`) read it.
+#: when all are empty. The observation rules (:mod:`tailcut.exporters.conventions.observations`) read it;
+#: its Python form, for the trace signals, is :func:`observations.failure_text`.
 FAILURE_TEXT: Final = f"""nullif(concat_ws(chr(10),
     status_message,
     nullif(array_to_string(list_transform(

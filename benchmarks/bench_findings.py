@@ -7,7 +7,9 @@ also with OpenLLMetry), each through a real ``tailcut collect``, classifies each
 framework and category: recall and precision of the findings at the right span (the labelled span, its
 parent or a child, with the label's sub-kind and layer), and the findings on clean runs. Goal: recall and
 precision at least 0.9 for every category on every framework, no finding on a clean run. The scenarios'
-labels are the ground truth (:mod:`tests.frameworks.scenarios`); nothing is timed. Run::
+labels are the ground truth (:mod:`tests.frameworks.scenarios`); nothing is timed. It also prints which
+categories are census categories of each data dir (the collector's ``traces`` rows flag them on exactly
+the traces with the finding, so ``compare`` counts them on every trace seen). Run::
 
     python benchmarks/bench_findings.py              # every framework, each scenario once
     python benchmarks/bench_findings.py --repeat 3   # each scenario three times
@@ -23,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tailcut.analysis import Dataset
+from tailcut.analysis import Dataset, _census
 from tests import findings_scoring
 from tests.frameworks import harness
 
@@ -42,6 +44,7 @@ def main() -> int:
     args = parser.parse_args()
     pairs = [p for p in findings_scoring.PAIRS if not args.frameworks or p[0] in args.frameworks]
     total = findings_scoring.Score()
+    census: dict[str, tuple[str, ...]] = {}
     lines = []
     met = True
     server = harness.scenario_server()
@@ -55,7 +58,9 @@ def main() -> int:
             data = harness.record(
                 framework, recorder, harness.runs(framework, repeat=args.repeat), directory, server
             )
-            score = findings_scoring.score(data, Dataset(data).classify(), recorder)
+            dataset = Dataset(data)
+            score = findings_scoring.score(data, dataset.classify(), recorder)
+            census[f"{framework}/{recorder}"] = _census.build(dataset).categories
             total.add(score)
             cells = []
             for category in CATEGORIES:
@@ -82,6 +87,9 @@ def main() -> int:
         f"\ngoal: recall and precision >= {GOAL} for every category and framework, 0 on clean runs: "
         f"{'met' if met else 'NOT met'}"
     )
+    print("\ncensus categories (counted on every trace seen):")
+    for pair, categories in census.items():
+        print(f"  {pair:30s} {', '.join(categories)}")
     for key, why in findings_scoring.KNOWN_GAPS.items():
         if key[:2] in pairs:
             print(f"known gap {'/'.join(key)}: {why}")

@@ -20,7 +20,14 @@ from tailcut import attributes as attr
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
-from tailcut.exporters.conventions.messages import tool_request_sha256
+from tailcut.exporters.conventions.messages import is_content_key, rebuild, tool_request_sha256
+from tailcut.exporters.conventions.observations import (
+    RESULT_KINDS,
+    RULES,
+    ObservationRule,
+    failure_text,
+    reported_category,
+)
 from tailcut.exporters.wire.values import any_int, any_value, encode_string_value
 from tailcut.signals import NO_RUN, RUN_KEYS, RunFacts, is_preparation_span, run_facts, trace_cost
 
@@ -66,7 +73,7 @@ _TOOL_ARGUMENTS: Final = attr.REQUEST_SHA256  # tailcut's own tool spans: the re
 
 
 class SpanRecord(NamedTuple):
-    """What the signals need of one span, read from its bytes (the first ten fields are those of
+    """What the signals need of one span, read from its bytes (the first eleven fields are those of
     :class:`tailcut.signals.SpanSignals`, so records feed :func:`tailcut.signals.trace_signals` as they are).
 
     A tuple of plain values (created with ``tuple.__new__``): the garbage collector stops tracking it, so
@@ -84,6 +91,7 @@ class SpanRecord(NamedTuple):
     schema_violations: int
     preparation: bool  # an llm span that only prepares a request (tailcut.signals.is_preparation_span)
     raised: bool  # it carries an ``exception`` event (tailcut.signals.is_failed)
+    reported: str | None  # what its failure text reports (tailcut.signals.SpanSignals)
     model: bytes | None  # an llm span's model (its encoded ``AnyValue``), priced when the trace is decided
 
 
@@ -117,22 +125,34 @@ def span_kind(attributes: Any) -> str:
     return resolve_kind({key: any_value(attributes[key]) for key in KIND_KEYS if key in attributes})
 
 
-def span_record(span: Any, attributes: Any, span_id: bytes, parent: bytes) -> SpanRecord:
+def span_record(
+    span: Any, attributes: Any, span_id: bytes, parent: bytes, rules: Sequence[ObservationRule] = RULES
+) -> SpanRecord:
     """The record of a span parsed with the lazy ``SpanFacts`` type.
 
-    ``attributes`` is ``span.attributes`` (read once by the caller: each read builds a new map view).
+    ``attributes`` is ``span.attributes`` (read once by the caller: each read builds a new map view);
+    ``rules`` are the observation rules its failure text is read with (:func:`reported`).
     """
     kind = KIND_BY_RAW.get(attributes.get(_KIND))  # type: ignore[arg-type]
     if kind is None:
         kind = span_kind(attributes)
     failed = span.status.code == ERROR_STATUS
     if kind == "llm":
-        return llm_record(span, span_id, parent, failed, attributes)
+        return llm_record(span, span_id, parent, failed, attributes, rules)
     key = tool_key(span, attributes) if kind == "tool" else None
-    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, False, raised(span), None))
+    thrown = raised(span)
+    said = reported(span, attributes, kind, failed or thrown, rules)
+    return _new(SpanRecord, (span_id, parent, kind, failed, key, 0, 0, 0, False, thrown, said, None))
 
 
-def llm_record(span: Any, span_id: bytes, parent: bytes, failed: bool, attributes: Any) -> SpanRecord:
+def llm_record(
+    span: Any,
+    span_id: bytes,
+    parent: bytes,
+    failed: bool,
+    attributes: Any,
+    rules: Sequence[ObservationRule] = RULES,
+) -> SpanRecord:
     """The record of an ``llm`` span: its token counts, schema violations, whether it only prepares a
     request (by its name) and model.
 
@@ -150,7 +170,10 @@ def llm_record(span: Any, span_id: bytes, parent: bytes, failed: bool, attribute
         model = _first(attributes, _MODEL_KEYS)
     prepares = is_preparation_span("llm", span.name)
     record = (span_id, parent, "llm", failed, None, input_tokens, output_tokens, violations, prepares)
-    return _new(SpanRecord, (*record, raised(span), model))
+    thrown = raised(span)
+    return _new(
+        SpanRecord, (*record, thrown, reported(span, attributes, "llm", failed or thrown, rules), model)
+    )
 
 
 _EXCEPTION: Final = b"exception"
@@ -160,6 +183,75 @@ def raised(span: Any) -> bool:
     """Whether a span parsed with the lazy ``SpanFacts`` type carries an ``exception`` event."""
     events = span.events
     return bool(events) and any(event.name == _EXCEPTION for event in events)
+
+
+#: The event attributes a failure text reads (an exception's type and message, a step's message).
+_EVENT_TEXT_KEYS: Final = ("exception.type", "exception.message", "message")
+#: The attributes a span's result may be read from, and what marks a LangChain message's tool-call parse
+#: errors in one (searched in the raw bytes before anything is decoded; see ``INVALID_TOOL_CALLS``).
+_OUTPUT_KEYS: Final = (
+    attr.RESPONSE,
+    attr.GEN_AI_TOOL_CALL_RESULT,
+    names.OI_OUTPUT_VALUE,
+    names.TRACELOOP_ENTITY_OUTPUT,
+)
+_INVALID_CALLS_MARK: Final = b"invalid_tool_calls"
+
+
+def _text(raw: bytes) -> str | None:
+    value = any_value(raw)
+    return None if value is None else value if type(value) is str else str(value)
+
+
+def _payloads(attributes: Any, kind: str) -> tuple[str | None, str | None]:
+    """A span's ``response`` and ``request`` columns as the writers fill them: tailcut's own payload
+    attributes, else (another instrumentation's span) the payloads rebuilt from its content attributes."""
+    response, request = attributes.get(attr.RESPONSE), attributes.get(attr.REQUEST)
+    response = None if response is None else _text(response)
+    request = None if request is None else _text(request)
+    if _KIND in attributes or kind == "other" or (response is not None and request is not None):
+        return response, request
+    if not any(is_content_key(key) for key in attributes):
+        return response, request
+    rebuilt = rebuild(kind, {key: any_value(attributes[key]) for key in attributes}, (), None)
+    return response or rebuilt.response, request or rebuilt.request
+
+
+def reported(
+    span: Any, attributes: Any, kind: str, failed: bool, rules: Sequence[ObservationRule] = RULES
+) -> str | None:
+    """What a span's failure text reports (``reported_category`` of its ``failure_text``, both of
+    :mod:`tailcut.exporters.conventions.observations`): its status message, its events' exception types
+    and messages, and the start of a boundary's result, or another span's LangChain tool-call parse
+    errors. ``failed``: status ERROR or an ``exception`` event. A span with none of these costs a few
+    lookups; a boundary's result is decoded and searched once (RE2, the union of the rules)."""
+    message = span.status.message
+    events = span.events
+    if kind in RESULT_KINDS or _carries_invalid_calls(attributes):
+        response, request = _payloads(attributes, kind)
+    elif not message and not events:
+        return None
+    else:
+        response = request = None
+    said = [
+        (
+            event.name.decode("utf-8", "replace"),
+            {key: _text(raw) for key in _EVENT_TEXT_KEYS if (raw := event.attributes.get(key)) is not None},
+        )
+        for event in events
+    ]
+    text = failure_text(kind, message.decode("utf-8", "replace") if message else None, said, response)
+    return reported_category(kind, failed=failed, text=text, request=request, rules=rules)
+
+
+def _carries_invalid_calls(attributes: Any) -> bool:
+    """Whether a result attribute may hold a LangChain message's tool-call parse errors (raw bytes)."""
+    get = attributes.get
+    for key in _OUTPUT_KEYS:
+        raw = get(key)
+        if raw is not None and _INVALID_CALLS_MARK in raw:
+            return True
+    return False
 
 
 def tool_key(span: Any, attributes: Any) -> bytes | None:

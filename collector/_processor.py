@@ -56,6 +56,7 @@ from tailcut.collector._sink import KeptSpans, Sink
 from tailcut.collector._votes import TraceView
 from tailcut.collector._wal import WalFailure, WriteAheadLog
 from tailcut.exporters._pricing import default_pricing
+from tailcut.exporters.conventions.observations import with_extra
 from tailcut.exporters.wire.values import any_value
 from tailcut.signals import TraceRow, traces_row
 
@@ -129,6 +130,8 @@ class Processor:
         #: The prices ``cost_usd`` is computed with, read once at start (``$TAILCUT_PRICING`` included).
         self.pricing = default_pricing()
         self._cost = model_pricer(self.pricing)
+        #: The observation rules a span's failure text is read with: the configured ones, then the built-in.
+        self._observation_rules = with_extra(limits.observation_rules)
         #: What is logged ahead and handed to the writer (the write-ahead log, once opened, is its).
         self.commits = Committer(sink, self._enter_fault)
         self._init_state()
@@ -326,6 +329,7 @@ class Processor:
         replaying = self.commits.replaying
         buffer = self.buffer
         pending_get = buffer.pending.get
+        observation_rules = self._observation_rules
         open_rows = self.open_rows
         span_keys = self.span_keys
         max_spans = self.max_spans
@@ -364,7 +368,7 @@ class Processor:
                     last_id = trace_id
                 assert trace is not None
                 attributes = span.attributes
-                trace.tally.add(span, attributes, span_id, parent)
+                trace.tally.add(span, attributes, span_id, parent, observation_rules)
                 if not parent and trace.root is None:
                     trace.root = root_facts(span, attributes)
                 if span_keys:
@@ -540,7 +544,7 @@ class Processor:
 
     def _decide(self, trace: PendingTrace, reason: str, now: float) -> None:
         tally = trace.tally
-        signals = tally.signals(trace.datas, self._cost)
+        signals = tally.signals(trace.datas, self._cost, self._observation_rules)
         root = trace.root
         resource_values: list[dict[str, list[Any]]] = []
         origins: Any = ()
@@ -603,8 +607,8 @@ class Processor:
         extra = list(zip(datas[span_count:], trace.origins[span_count:], strict=True))
         if extra:  # a max_spans decision in the middle of a request: recount what it covered
             del datas[span_count:], trace.origins[span_count:]
-            trace.tally = tally_of(datas)
-        signals = trace.tally.signals(datas, self._cost)
+            trace.tally = tally_of(datas, self._observation_rules)
+        signals = trace.tally.signals(datas, self._cost, self._observation_rules)
         if row["baseline"] or not self.policies.baseline_policies:
             self.anomaly.observe(
                 (row["service_name"], row["root_name"]),

@@ -29,12 +29,14 @@ from tailcut.collector._facts import (
     agent_name,
     llm_record,
     raised,
+    reported,
     span_kind,
     span_record,
     tool_key,
 )
 from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import SpanFacts
+from tailcut.exporters.conventions.observations import RULES, ObservationRule
 from tailcut.signals import FAILING_KINDS, TraceSignals, chain_depth, trace_cost, trace_signals
 
 _CARRIER = attr.CARRIER_KIND
@@ -52,11 +54,13 @@ class TraceTally:
         "carrier_ids",
         "duplicate",
         "end_ns",
+        "error_spans",
         "errors",
         "head_threshold",
         "llm",
         "max_tool_repeat",
         "parents",
+        "refused",
         "repeats",
         "start_ns",
         "status_mask",
@@ -74,6 +78,8 @@ class TraceTally:
         #: Whether two spans share an id (then the signals are computed from scratch).
         self.duplicate = False
         self.errors = 0  # failed spans but llm ones (counted with the llm records)
+        # spans that show an error, and refusals (tailcut.signals.SignalCounter), but llm ones
+        self.error_spans = self.refused = 0
         self.tool_calls = 0
         self.max_tool_repeat = 0
         self.repeats: dict[bytes, int] = {}
@@ -82,8 +88,16 @@ class TraceTally:
         #: ``(start, span id, name)`` of the earliest agent span that names its agent.
         self.agent: tuple[int, bytes, str] | None = None
 
-    def add(self, span: Any, attributes: Any, span_id: bytes, parent: bytes) -> str:
-        """Fold in one span parsed with the lazy ``SpanFacts`` type; return its kind."""
+    def add(
+        self,
+        span: Any,
+        attributes: Any,
+        span_id: bytes,
+        parent: bytes,
+        rules: Sequence[ObservationRule] = RULES,
+    ) -> str:
+        """Fold in one span parsed with the lazy ``SpanFacts`` type; return its kind (``rules``: the
+        observation rules its failure text is read with)."""
         status = span.status.code
         self.status_mask |= 1 << status
         tracestate = span.trace_state
@@ -111,10 +125,17 @@ class TraceTally:
         if end > self.end_ns:
             self.end_ns = end
         if kind == "llm":
-            self.llm.append(llm_record(span, span_id, parent, status == _ERROR, attributes))
+            self.llm.append(llm_record(span, span_id, parent, status == _ERROR, attributes, rules))
             return kind
-        if status == _ERROR or (kind in FAILING_KINDS and raised(span)):  # tailcut.signals.is_failed
+        thrown = raised(span)
+        failed = status == _ERROR or (kind in FAILING_KINDS and thrown)  # tailcut.signals.is_failed
+        if failed:
             self.errors += 1
+        said = reported(span, attributes, kind, status == _ERROR or thrown, rules)
+        if said == "schema_violation":
+            self.refused += 1
+        elif failed or said == "error":
+            self.error_spans += 1
         if kind == "tool" and (key := tool_key(span, attributes)) is not None:
             self.tool_calls += 1
             count = self.repeats.get(key, 0) + 1
@@ -127,25 +148,32 @@ class TraceTally:
                 self.agent = (start, span_id, name)
         return kind
 
-    def signals(self, datas: Sequence[bytes], cost: Pricer) -> TraceSignals:
+    def signals(
+        self, datas: Sequence[bytes], cost: Pricer, rules: Sequence[ObservationRule] = RULES
+    ) -> TraceSignals:
         """The trace's counts, times and ``cost_usd`` (``datas``: its spans' bytes, read after a duplicate
         id); the rest of the record is the caller's to fill in."""
         if self.duplicate:
-            return scratch_signals(datas, self, cost)
+            return scratch_signals(datas, self, cost, rules)
         parents = self.parents
         max_depth, orphans = tree_shape(parents)
-        errors = self.errors
+        errors, error_spans, refused = self.errors, self.error_spans, self.refused
         llm_calls = input_tokens = output_tokens = violations = 0
         costs: list[float] | None = []
         llm = self.llm
         llm_ids = {record[0] for record in llm} if len(llm) > 1 else ()
-        for span_id, parent, _, failed, _, inputs, outputs, found, prepares, thrown, model in llm:
-            if prepares or (parent and parent != span_id and parent in llm_ids):
-                # a nested call or a preparation span (tailcut.signals.is_nested_call,
-                # is_preparation_span): only its failure counts, as a span of kind other
-                errors += failed
+        for span_id, parent, _, failed, _, inputs, outputs, found, prepares, thrown, said, model in llm:
+            other = prepares or (parent and parent != span_id and parent in llm_ids)
+            # a nested call or a preparation span (tailcut.signals.is_nested_call, is_preparation_span)
+            # counts only its failure, as a span of kind other; else tailcut.signals.is_failed of an llm span
+            failed = failed if other else failed or thrown
+            errors += failed
+            if said == "schema_violation":
+                refused += 1
+            elif failed or said == "error":
+                error_spans += 1
+            if other:
                 continue
-            errors += failed or thrown  # tailcut.signals.is_failed of an llm span
 
             llm_calls += 1
             input_tokens += inputs
@@ -168,6 +196,8 @@ class TraceTally:
             schema_violations=violations,
             depth=max_depth,
             orphan_count=orphans,
+            error_spans=error_spans,
+            refused_calls=refused,
             start_ns=max(self.start_ns, 0),
             end_ns=self.end_ns,
             cost_usd=None if costs is None else math.fsum(costs),  # exact, as tailcut.signals.trace_cost
@@ -219,12 +249,12 @@ def _walked_tree_shape(parents: dict[bytes, bytes]) -> tuple[int, int]:
     return deepest, orphans
 
 
-def span_records(datas: Iterable[bytes]) -> list[SpanRecord]:
+def span_records(datas: Iterable[bytes], rules: Sequence[ObservationRule] = RULES) -> list[SpanRecord]:
     """The records of spans given as their encoded bytes."""
     records = []
     for data in datas:
         span = SpanFacts.FromString(data)
-        records.append(span_record(span, span.attributes, span.span_id, span.parent_span_id))
+        records.append(span_record(span, span.attributes, span.span_id, span.parent_span_id, rules))
     return records
 
 
@@ -243,19 +273,21 @@ def earliest_span(datas: Sequence[bytes]) -> int:
     return found
 
 
-def tally_of(datas: Iterable[bytes]) -> TraceTally:
+def tally_of(datas: Iterable[bytes], rules: Sequence[ObservationRule] = RULES) -> TraceTally:
     """The tally of spans given as their encoded bytes, folded afresh in order."""
     tally = TraceTally()
     for data in datas:
         span = SpanFacts.FromString(data)
-        tally.add(span, span.attributes, span.span_id, span.parent_span_id)
+        tally.add(span, span.attributes, span.span_id, span.parent_span_id, rules)
     return tally
 
 
-def scratch_signals(datas: Iterable[bytes], tally: TraceTally, cost: Pricer) -> TraceSignals:
+def scratch_signals(
+    datas: Iterable[bytes], tally: TraceTally, cost: Pricer, rules: Sequence[ObservationRule] = RULES
+) -> TraceSignals:
     """The signals of spans given as their bytes, computed from scratch with
     :func:`tailcut.signals.trace_signals` (times from ``tally``)."""
-    records = span_records(datas)
+    records = span_records(datas, rules)
     signals = trace_signals(records)
     signals.start_ns = max(tally.start_ns, 0)
     signals.end_ns = tally.end_ns

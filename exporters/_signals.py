@@ -29,7 +29,13 @@ from tailcut.exporters.conventions.mapping import (
     resolve_kind,
     synthetic_boundary,
 )
-from tailcut.exporters.conventions.messages import tool_request_sha256
+from tailcut.exporters.conventions.messages import is_content_key, rebuild, tool_request_sha256
+from tailcut.exporters.conventions.observations import (
+    INVALID_TOOL_CALLS,
+    RESULT_KINDS,
+    failure_text,
+    reported_category,
+)
 from tailcut.exporters.wire.values import python_value
 from tailcut.signals import NO_RUN, RUN_KEYS, SpanFacts, TraceRow, compute_signals, run_facts, traces_row
 
@@ -65,6 +71,8 @@ FACT_KEYS: Final = frozenset(
     }
     | {attr.SCHEMA_VIOLATIONS, n.LLM_REQUEST_TYPE, *RUN_KEYS.values(), *_TOOL_REQUEST_KEYS}
 )
+#: The event attributes a failure text reads.
+_EVENT_TEXT_KEYS: Final = ("exception.type", "exception.message", "message")
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -88,9 +96,10 @@ def _facts(
     values: Mapping[str, Any],
     service_name: str | None,
     raised: bool,
+    reported: str | None,
 ) -> SpanFacts:
     """Facts from a span's decoded attributes (only :data:`FACT_KEYS` are read); ``raised``: it carries an
-    ``exception`` event."""
+    ``exception`` event; ``reported``: what its failure text reports (:func:`_reported`)."""
     kind = resolve_kind(values)
     tool_name = first_source(values, "tool_name", kind)[0]
     provider = first_source(values, "provider", kind)[0]
@@ -130,11 +139,13 @@ def _facts(
         run=run_facts(values) if root else NO_RUN,
         cost_usd=cost,
         raised=raised,
+        reported=reported,
     )
 
 
 def facts_from_otlp(span: Span, resource_service_name: str | None) -> SpanFacts:
-    """The facts of a protobuf ``Span``, decoding only the attributes in :data:`FACT_KEYS`.
+    """The facts of a protobuf ``Span``, decoding only the attributes in :data:`FACT_KEYS` (and, for what
+    its failure text reports, its payloads: :func:`_otlp_reported`).
 
     Parameters
     ----------
@@ -144,18 +155,40 @@ def facts_from_otlp(span: Span, resource_service_name: str | None) -> SpanFacts:
         ``service.name`` of the resource it came with.
     """
     values = {kv.key: python_value(kv.value) for kv in span.attributes if kv.key in FACT_KEYS}
+    raised = any(event.name == _EXCEPTION for event in span.events)
+    failed = span.status.code == _STATUS_ERROR
     return _facts(
         span.trace_id.hex(),
         span.span_id.hex(),
         span.parent_span_id.hex() or None,
         span.name,
-        span.status.code == _STATUS_ERROR,
+        failed,
         span.start_time_unix_nano,
         span.end_time_unix_nano,
         values,
         resource_service_name,
-        any(event.name == _EXCEPTION for event in span.events),
+        raised,
+        _otlp_reported(span, resolve_kind(values), failed or raised),
     )
+
+
+def _otlp_reported(span: Span, kind: str, failed: bool) -> str | None:
+    """What a protobuf span's failure text reports, its ``request`` and ``response`` as the writers fill
+    them (tailcut's payload attributes, else rebuilt from another instrumentation's content attributes)."""
+    events = [
+        (
+            event.name,
+            {kv.key: str(python_value(kv.value)) for kv in event.attributes if kv.key in _EVENT_TEXT_KEYS},
+        )
+        for event in span.events
+    ]
+    values = {kv.key: python_value(kv.value) for kv in span.attributes}
+    response, request = values.get(attr.RESPONSE), values.get(attr.REQUEST)
+    if attr.KIND not in values and kind != "other" and any(is_content_key(key) for key in values):
+        rebuilt = rebuild(kind, values, (), None)
+        response, request = response or rebuilt.response, request or rebuilt.request
+    text = failure_text(kind, span.status.message or None, events, response)
+    return reported_category(kind, failed=failed, text=text, request=request)
 
 
 def _nanoseconds(value: Any) -> int:
@@ -174,13 +207,16 @@ def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
     if not isinstance(attributes, Mapping):
         attributes = dict(attributes)
     root = row.get("parent_span_id") is None
+    events = [(event["name"], _event_attributes(event)) for event in row.get("events") or ()]
+    raised = any(name == _EXCEPTION for name, _ in events)
+    failed = row.get("status_code") == "ERROR"
     return SpanFacts(
         trace_id=row["trace_id"],
         span_id=row["span_id"],
         parent_span_id=row.get("parent_span_id"),
         name=row["name"],
         kind=row["kind"],
-        failed=row.get("status_code") == "ERROR",
+        failed=failed,
         start_ns=_nanoseconds(row.get("start_time_ns", row.get("start_time"))),
         end_ns=_nanoseconds(row.get("end_time_ns", row.get("end_time"))),
         input_tokens=row.get("input_tokens") or 0,
@@ -195,8 +231,20 @@ def facts_from_row(row: Mapping[str, Any]) -> SpanFacts:
         if root
         else NO_RUN,
         cost_usd=row.get("cost_usd"),
-        raised=any(event["name"] == _EXCEPTION for event in row.get("events") or ()),
+        raised=raised,
+        reported=reported_category(
+            row["kind"],
+            failed=failed or raised,
+            text=failure_text(row["kind"], row.get("status_message"), events, row.get("response")),
+            request=row.get("request"),
+        ),
     )
+
+
+def _event_attributes(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An event's attributes of a ``spans`` row (a map read back from Arrow is a list of pairs)."""
+    attributes = event.get("attributes") or {}
+    return attributes if isinstance(attributes, Mapping) else dict(attributes)
 
 
 _FACT_COLUMNS: Final = (
@@ -218,14 +266,39 @@ _FACT_COLUMNS: Final = (
     "attributes",
     "cost_usd",
     "events",
+    "status_message",
+    "request",
+    "response",
     *ID_KEYS,
 )
 
 
 def facts_from_table(table: pa.Table) -> list[SpanFacts]:
-    """:func:`facts_from_row` for every row of a ``spans`` table."""
+    """:func:`facts_from_row` for every row of a ``spans`` table.
+
+    The payloads are read into Python only where a failure text reads them: a boundary's result, another
+    span's result that carries LangChain's tool-call parse errors, and a tool span's arguments.
+    """
+    import pyarrow.compute as pc
+
     columns = table.select(list(_FACT_COLUMNS))
+    kind = columns["kind"]
+    response = _storage(columns["response"])
+    boundary = pc.is_in(kind, value_set=pa.array(RESULT_KINDS))
+    carries = pc.fill_null(pc.match_substring(response, INVALID_TOOL_CALLS), False)
+    for name, values, keep in (
+        ("response", response, pc.or_(boundary, carries)),
+        ("request", _storage(columns["request"]), pc.equal(kind, "tool")),
+    ):
+        kept = pc.if_else(pc.fill_null(keep, False), values, pa.nulls(len(values), values.type))
+        columns = columns.set_column(columns.schema.get_field_index(name), name, kept)
     return [facts_from_row(row) for row in columns.to_pylist()]
+
+
+def _storage(column: pa.ChunkedArray) -> pa.Array:
+    """A JSON (or string) column as one string array."""
+    array = column.combine_chunks()
+    return array.storage if isinstance(array, pa.ExtensionArray) else array
 
 
 def trace_rows(table: pa.Table, **decision: Any) -> list[TraceRow]:

@@ -167,6 +167,11 @@ TRACES: Final = pa.schema(
         # whether the run's root span failed (null without a root, and in files written before it): with
         # error_count > 0 and a root that did not fail, the run survived its failed spans
         _f("root_failed", pa.bool_()),
+        # what the spans' failure texts report (tailcut.signals: error_spans, refused_calls), so a row says
+        # whether the trace shows an error, or a refusal of the model's output, when the failure is only in
+        # a payload; null in files written before them
+        _f("error_spans", pa.int32()),
+        _f("refused_calls", pa.int32()),
     ],
     metadata={TABLE_KEY: b"traces", SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
 )

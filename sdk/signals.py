@@ -9,6 +9,11 @@ The signals summarise a run for sampling policies and analysis:
   same tool and the same arguments;
 * ``errors``: failed spans (:func:`is_failed`: status ERROR, or a boundary that can fail carrying an
   ``exception`` event), every failed attempt included;
+* ``error_spans`` and ``refused_calls``: what the spans' failure texts report (``reported``, as the
+  classifier's observation rules read them: ``tailcut.exporters.conventions.observations``): the spans
+  that show an ``error`` (a report of one, or a failed span whose failure is no refusal) and those
+  whose text says the harness refused the model's output, so a ``traces`` row tells a failure an agent
+  reported only in a payload, kept or dropped;
 * ``depth``: the deepest span's distance from its root (a root is 0); ``span_count`` counts every span;
 * ``cost_usd``: the sum of the llm spans' prices (None when one is unpriced, 0.0 with no llm span);
 * an ``llm`` span directly inside another ``llm`` span is a second instrumentation's view of the same
@@ -128,7 +133,7 @@ def is_nested_call(kind: str, parent_kind: str | None) -> bool:
 
 
 class SpanSignals(NamedTuple):
-    """What the signals need of one span (the first ten fields of the collector's buffered span)."""
+    """What the signals need of one span (the first eleven fields of the collector's buffered span)."""
 
     span_id: Hashable
     parent_span_id: Hashable | None  # None (or empty) for a root
@@ -143,6 +148,8 @@ class SpanSignals(NamedTuple):
     preparation: bool = False
     #: Whether it carries an ``exception`` event (``failed`` is its status; :func:`is_failed` joins them).
     raised: bool = False
+    #: What its failure text reports: ``error``, ``schema_violation`` (a refusal) or None.
+    reported: str | None = None
 
 
 def as_text(value: Any) -> str | None:
@@ -224,6 +231,10 @@ class TraceSignals:
     depth: int = 0
     #: Spans whose parent is not in the trace (only a whole-trace view can tell).
     orphan_count: int = 0
+    #: Spans that show an ``error``: one their failure text reports, or a failed span that is no refusal.
+    error_spans: int = 0
+    #: Spans whose failure text says the harness refused the model's output (a ``schema_violation``).
+    refused_calls: int = 0
     # --- the trace, as a whole-trace view sees it ---------------------------------------------------
     trace_id: str = ""
     #: The first span start and the last span end, Unix nanoseconds.
@@ -262,11 +273,13 @@ class SignalCounter:
 
     __slots__ = (
         "depth",
+        "error_spans",
         "errors",
         "input_tokens",
         "llm_calls",
         "max_tool_repeat",
         "output_tokens",
+        "refused_calls",
         "repeats",
         "schema_violations",
         "span_count",
@@ -276,7 +289,7 @@ class SignalCounter:
     def __init__(self) -> None:
         self.span_count = self.llm_calls = self.tool_calls = self.errors = 0
         self.input_tokens = self.output_tokens = self.max_tool_repeat = self.schema_violations = 0
-        self.depth = 0
+        self.depth = self.error_spans = self.refused_calls = 0
         self.repeats: dict[Hashable, int] = {}
 
     def add_span(self, depth: int) -> None:
@@ -294,10 +307,16 @@ class SignalCounter:
         input_tokens: int = 0,
         output_tokens: int = 0,
         schema_violations: int = 0,
+        reported: str | None = None,
     ) -> None:
-        """Fold in what an ended span contributes (a nested call as kind :data:`NESTED_AS`)."""
+        """Fold in what an ended span contributes (a nested call as kind :data:`NESTED_AS`); ``reported``:
+        what its failure text reports (:class:`SpanSignals`)."""
         if failed:
             self.errors += 1
+        if reported == "schema_violation":
+            self.refused_calls += 1
+        elif failed or reported == "error":
+            self.error_spans += 1
         if kind == "llm":
             self.llm_calls += 1
             self.input_tokens += input_tokens
@@ -327,6 +346,8 @@ class SignalCounter:
             schema_violations=self.schema_violations,
             depth=self.depth,
             orphan_count=orphan_count,
+            error_spans=self.error_spans,
+            refused_calls=self.refused_calls,
         )
 
 
@@ -362,7 +383,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
 
     Carriers are left out. Depth follows parent links to a root, an orphan (a parent not in the trace,
     or the span itself: depth 0 there) or, on corrupt input, a cycle (counted from where it is entered).
-    Any tuple whose first ten fields are those of :class:`SpanSignals` will do, so the collector
+    Any tuple whose first eleven fields are those of :class:`SpanSignals` will do, so the collector
     passes its buffered spans as they are. A nested call is judged by its parent's own kind (a span
     inside a preparation span is nested, as the ``spans`` table stores it); a preparation span then
     counts as kind :data:`NESTED_AS`.
@@ -376,7 +397,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
     add_span, add_outcome = counter.add_span, counter.add_outcome
     for span in spans:
         span_id, parent_id, kind, failed, tool_key, input_tokens, output_tokens, violations = span[:8]
-        prepares, raised = span[8], span[9]
+        prepares, raised, reported = span[8], span[9], span[10]
         parent = by_id.get(parent_id) if parent_id and parent_id != span_id else None
         if parent_id and parent is None:
             orphans += 1
@@ -398,6 +419,7 @@ def trace_signals(spans: Iterable[SpanSignals]) -> TraceSignals:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             schema_violations=violations,
+            reported=reported,
         )
     return counter.result(orphans)
 
@@ -456,6 +478,8 @@ class SpanFacts:
     cost_usd: float | None = None
     #: Whether it carries an ``exception`` event.
     raised: bool = False
+    #: What its failure text reports (:class:`SpanSignals`).
+    reported: str | None = None
 
     @property
     def preparation(self) -> bool:
@@ -497,6 +521,7 @@ def compute_signals(facts: Iterable[SpanFacts]) -> TraceSignals:
             f.schema_violations,
             f.preparation,
             f.raised,
+            f.reported,
         )
         for f in spans
     )
@@ -627,6 +652,8 @@ def traces_row(
         "user_id": run.user_id,
         "conversation_id": run.conversation_id,
         "root_failed": s.root_failed,
+        "error_spans": s.error_spans,
+        "refused_calls": s.refused_calls,
     }
 
 

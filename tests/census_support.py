@@ -13,9 +13,10 @@ so that the collector's ``traces`` row and ``classify``'s findings both see it:
 from __future__ import annotations
 
 import http.client
+import json
 import random
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,9 @@ class Shape:
     tools: tuple[tuple[int, int], ...] = ((1, 1),)
     failed_tool: int | None = None
     slow: bool = False
+    #: A tool call (its number) whose result is ``report``: a failure a framework reports in a payload.
+    reporting_tool: int | None = None
+    report: str = ""
 
 
 def spans_of(run: Run | Shape, trace_id: bytes, start_ns: int, rng: random.Random) -> list[Span]:
@@ -109,6 +113,7 @@ def spans_of(run: Run | Shape, trace_id: bytes, start_ns: int, rng: random.Rando
                 "execute_tool search",
                 300 + 10 * i,
                 error=shape.failed_tool == i,
+                **({"tailcut__response": json.dumps(shape.report)} if shape.reporting_tool == i else {}),
                 tailcut__kind="tool",
                 tailcut__boundary="tool:search",
                 gen_ai__tool__name="search",
@@ -142,17 +147,19 @@ def feed(
     baseline_percent: float = 10.0,
     seed: int = 0,
     tracestate: str = "",
+    tailcut: Mapping[str, Any] | None = None,
 ) -> Path:
     """Send ``runs`` to ``tailcut collect`` (a child process, over loopback HTTP), wait until it decided
     every trace, stop it (SIGTERM: flush) and return the data dir.
 
     Requests carry 200 traces each; the collector decides each trace when its root arrives (plus its
     grace) and writes every trace's row and the kept traces' spans. ``tracestate`` goes on every span
-    (``ot=th:8``: a head sampler upstream passed half the traffic on).
+    (``ot=th:8``: a head sampler upstream passed half the traffic on); ``tailcut`` sets keys of the
+    config's ``processors.tailcut`` block.
     """
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
-    config = write_config(directory, policies=policies(baseline_percent))
+    config = write_config(directory, policies=policies(baseline_percent), tailcut=tailcut)
     data = directory / "data"
     with CollectorProcess(data, directory / "collect.log", config=config) as collector:
         port = int(collector.endpoint.rsplit(":", 1)[1])

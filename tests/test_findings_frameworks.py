@@ -2,7 +2,8 @@
 prebuilt ReAct agent and the OpenAI Agents SDK, each recorded by its OpenInference instrumentor (LangGraph
 also by OpenLLMetry) through ``tailcut collect``, then ``tailcut classify``. The scenario script is the
 label: each labelled finding comes out at its span, clean runs have none; what the classifier does not
-find yet is listed in :data:`tests.findings_scoring.KNOWN_GAPS` and printed."""
+find yet is listed in :data:`tests.findings_scoring.KNOWN_GAPS` and printed. The ``traces`` rows the collector
+wrote flag ``error`` on exactly the traces with an ``error`` finding (a census category)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tailcut.analysis import Dataset
+from tailcut.analysis import Dataset, _census
 from tailcut.cli import cli
 from tests import findings_scoring
 from tests.frameworks import harness
@@ -39,3 +40,6 @@ def test_findings_at_the_labelled_spans(framework, recorder, scenario_server, tm
     assert sum(score.labels.values()) >= 6  # the scenarios were played and labelled (gaps aside)
     errors = findings.filter(category="error").to_dicts()
     assert errors and all(len(r["signals"]) >= 2 for r in errors)  # how it showed, and the sub-kind
+    # the collector read the failures each framework reports in payloads: its traces rows flag exactly
+    # the traces with an error finding, so compare counts errors on every trace seen (issue 29)
+    assert "error" in _census.build(Dataset(data)).categories

@@ -257,11 +257,14 @@ def test_a_logged_row_reads_back_whole_and_an_older_log_s_shorter_row_takes_defa
     )
     _, payload = decided_record(bytes(16), 3, row)
     assert read_decided(payload) == (bytes(16), 3, row)
-    older = bytes(16) + orjson.dumps([3, list(row.values())[:-4]])  # before cost and ids existed
+    older = bytes(16) + orjson.dumps([3, list(row.values())[:-6]])  # before the ids and reports existed
     assert read_decided(older)[2] == {
         **row,
         "cost_usd": None,
         "session_id": None,
         "user_id": None,
         "conversation_id": None,
+        "root_failed": None,
+        "error_spans": None,
+        "refused_calls": None,
     }

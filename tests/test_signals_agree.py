@@ -14,6 +14,8 @@ real Parquet files:
 
 For each trace of its ``traces`` row:
 
+* ``error_spans > 0`` or ``root_failed`` iff an ``error`` finding (the census flag: failures reported in
+  payloads and events included), and ``refused_calls > 0`` only with a ``schema_violation`` finding;
 * ``error_count > 0`` iff an ``error`` finding, except that an ``error`` found from a **failure
   observation** alone (a report in a payload or an event of a span whose status is not ERROR: a tool result
   ``Error 403``) has ``error_count`` 0, and a failed span whose failure is the harness refusing the call is
@@ -162,16 +164,21 @@ def _findings(data: Path) -> tuple[list[tuple[Any, ...]], dict[str, dict[str, li
     for row in dataset.classify().to_dicts():
         found.setdefault(row["trace_id"], {})[row["category"]] = list(row["signals"])
     rows = dataset.sql(
-        "SELECT trace_id, error_count, schema_violations, max_tool_repeat FROM traces ORDER BY trace_id"
+        "SELECT trace_id, error_count, schema_violations, max_tool_repeat, error_spans, root_failed, "
+        "refused_calls FROM traces ORDER BY trace_id"
     ).rows()
     return rows, found
 
 
 def _check_agreement(rows: list[tuple[Any, ...]], found: dict[str, dict[str, list[str]]]) -> None:
-    for trace_id, errors, violations, repeats in rows:
+    for trace_id, errors, violations, repeats, error_spans, root_failed, refused in rows:
         categories = found.get(trace_id, {})
-        where = (trace_id, errors, violations, repeats, categories)
+        where = (trace_id, errors, violations, repeats, error_spans, root_failed, refused, categories)
         error = categories.get("error")
+        # the row's reports (the census flag): exactly the traces with an error finding, observations included
+        assert (error_spans > 0 or bool(root_failed)) == (error is not None), where
+        if refused:
+            assert "schema_violation" in categories, where
         if errors:
             assert error is not None or "schema_violation" in categories, where
         elif error is not None:  # the error was reported in a payload or an event, no span failed

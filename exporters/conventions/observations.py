@@ -63,8 +63,10 @@ message's non-empty ``invalid_tool_calls`` on (:data:`INVALID_TOOL_CALLS`): the 
 could not parse the model's tool call, which LangGraph's prebuilt agent then ends on without a tool span.
 
 The HTTP and timeout patterns look at the start of a result or at exception names only, so a clean result
-that merely mentions "404" is not a failure. Patterns are regular expressions that both Python's ``re``
-and RE2 (DuckDB's ``regexp_matches``) accept: no look-arounds, no back-references.
+that merely mentions "404" is not a failure. Patterns are RE2 regular expressions (DuckDB's
+``regexp_matches``; no look-arounds, no back-references), matched in Python with RE2 too (``google-re2``),
+so the classifier's SQL and the trace signals read a text alike; a text is searched once with the union of
+the rules, and only a text that some rule matches is searched rule by rule.
 
 Extra rules come from the collector config, ``processors.tailcut.observation_rules`` (a list of mappings
 with the keys of :class:`ObservationRule`; see :func:`rules_from_config`); they are tried before the
@@ -75,10 +77,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+import re2
 
 #: The sub-kinds a failure observation is filed under (in a finding's ``signals``).
 SUB_KINDS: Final = (
@@ -147,8 +152,8 @@ def check_rule(rule: ObservationRule) -> str | None:
     if re.search(r"\(\?<?[=!]|\\[1-9]", rule.pattern):
         return f"observation rule {rule.name}: look-arounds and back-references are not supported (RE2)"
     try:
-        re.compile(rule.pattern, re.ASCII)
-    except re.error as exc:
+        re2.compile(rule.pattern)
+    except re2.error as exc:
         return f"observation rule {rule.name}: pattern is not a regular expression: {exc}"
     return None
 
@@ -311,7 +316,7 @@ class Observation:
 
 def observe(text: str | None, rules: Sequence[ObservationRule] = RULES) -> Observation | None:
     """The first of ``rules`` that ``text`` matches, with its sub-kind and quote; None if none does."""
-    if not text:
+    if not text or _union(rules).search(text) is None:
         return None
     for rule in rules:
         found = _compiled(rule.pattern).search(text)
@@ -321,10 +326,27 @@ def observe(text: str | None, rules: Sequence[ObservationRule] = RULES) -> Obser
     return None
 
 
-@functools.cache
-def _compiled(pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled as RE2 reads it: ``\\b``, ``\\w``, ``\\d`` and ``\\S`` over ASCII."""
-    return re.compile(pattern, re.ASCII)
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, as DuckDB compiles it (``\\b``, ``\\w``, ``\\d``, ``\\S``: ASCII)."""
+    return re2.compile(pattern)
+
+
+#: The compiled union of each rule set in use, by the set's identity (hashing a set of rules for each
+#: text cost more than searching a short one); each entry holds its set, so the identity stays its own.
+_UNIONS: dict[int, tuple[Sequence[ObservationRule], Any]] = {}
+
+
+def _union(rules: Sequence[ObservationRule]) -> Any:
+    """:func:`any_pattern` of ``rules``, compiled (a text no rule matches is searched once)."""
+    found = _UNIONS.get(id(rules))
+    if found is not None and found[0] is rules:
+        return found[1]
+    compiled = _compiled(any_pattern(tuple(rules)))
+    if len(_UNIONS) >= 64:
+        _UNIONS.clear()
+    _UNIONS[id(rules)] = (rules, compiled)
+    return compiled
 
 
 def _quote(text: str, start: int) -> str:
@@ -341,6 +363,8 @@ def rules_key(rules: Sequence[ObservationRule]) -> str:
 def with_extra(extra: Iterable[ObservationRule]) -> tuple[ObservationRule, ...]:
     """The built-in rules preceded by ``extra`` (a configured rule named like a built-in one replaces it)."""
     added = tuple(extra)
+    if not added:
+        return RULES
     names = {r.name for r in added}
     return (*added, *(r for r in RULES if r.name not in names))
 
@@ -401,7 +425,8 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def any_pattern(rules: Sequence[ObservationRule] = RULES) -> str:
+@functools.lru_cache(maxsize=64)
+def any_pattern(rules: tuple[ObservationRule, ...] = RULES) -> str:
     """One regular expression that matches exactly the texts some rule matches."""
     return "|".join(f"(?:{r.pattern})" for r in rules)
 
@@ -429,3 +454,123 @@ def sql_observation(text: str, rules: Sequence[ObservationRule] = RULES) -> str:
             f"'kind': {sql_kind(text, _literal(r.kind))}, 'quote': {quote}}}"
         )
     return f"CASE {' '.join(branches)} END"
+
+
+# --- the failure text of one span, as the classifier reads it --------------------------------------------
+
+#: The boundary kinds whose result is read for failure observations (an ``llm`` response is the model's).
+RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
+#: How much of a boundary's result is searched for a failure observation (reports sit at its start).
+RESULT_CHARS: Final = 4000
+_OPENS_CONTAINER: Final = re.compile(r"^\s*[\[{]")
+#: The keys :data:`RESULT_TEXT_PATHS` end in, as canonical JSON writes them.
+_PATH_KEYS: Final = tuple(f'"{path.rsplit(".", 1)[1]}"' for path in RESULT_TEXT_PATHS)
+
+
+def _json_path(value: Any, path: str) -> Any:
+    for key in path.removeprefix("$.").split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _result_text(kind: str, response: str | None) -> str | None:
+    """The part of a span's stored ``response`` (JSON text) its failure text holds (:func:`failure_text`)."""
+    if response is None:
+        return None
+    if kind in RESULT_KINDS:
+        value = None
+        # parsed only when it may be a string or hold a message's text (every path ends in one of these)
+        if response.startswith('"') or any(key in response for key in _PATH_KEYS):
+            try:
+                value = json.loads(response)
+            except (ValueError, RecursionError):
+                value = None
+        if isinstance(value, str):
+            return value[:RESULT_CHARS]
+        texts = (_json_path(value, path) for path in RESULT_TEXT_PATHS)
+        message = next((text for text in texts if isinstance(text, str)), None)
+        return (response if message is None else f"{message}\n{response}")[:RESULT_CHARS]
+    start = response.find(INVALID_TOOL_CALLS)
+    return None if start < 0 else response[start : start + RESULT_CHARS]
+
+
+def failure_text(
+    kind: str,
+    status_message: str | None,
+    events: Iterable[tuple[str, Mapping[str, Any]]],
+    response: str | None,
+) -> str | None:
+    """A span's **failure text** from its stored columns: the Python form of the classifier's SQL
+    (``tailcut.analysis._rules.FAILURE_TEXT``; ``tests/test_observations_text.py`` checks they agree).
+
+    Its status message, each ``exception`` event's type and message and the message of any other event
+    that has one, and the start of a boundary's result (a JSON string result unquoted; a message object's
+    text first, :data:`RESULT_TEXT_PATHS`) or, on another span, the LangChain parse errors of tool calls
+    its result carries (:data:`INVALID_TOOL_CALLS` on); lines joined by newlines, None when all are empty.
+    ``events`` are ``(name, attributes)`` pairs, ``response`` the span's ``response`` column (JSON text).
+
+    >>> failure_text("tool", None, [], '"HTTP Error 429: Too Many Requests"')
+    'HTTP Error 429: Too Many Requests'
+    >>> failure_text("chain", "boom", [("exception", {"exception.type": "ValueError"})], None)
+    'boom\\nValueError'
+    """
+    parts = [status_message]
+    said = []
+    for name, attributes in events:
+        message = attributes.get("exception.message")
+        if message is None:
+            message = attributes.get("message")
+        if name == "exception" or attributes.get("message") is not None:
+            said.append(
+                ": ".join(str(p) for p in (attributes.get("exception.type"), message) if p is not None)
+            )
+    parts.append("\n".join(said) or None)
+    parts.append(_result_text(kind, response))
+    return "\n".join(p for p in parts if p is not None) or None
+
+
+def _malformed_arguments(kind: str, request: str | None) -> bool:
+    """Whether a tool span's ``request`` is a JSON string that opens an object or array and does not parse
+    (the classifier's ``MALFORMED_ARGUMENTS``: a framework passed the model's broken text on as it came)."""
+    if kind != "tool" or request is None:
+        return False
+    try:
+        inner = json.loads(request)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(inner, str) or not _OPENS_CONTAINER.search(inner):
+        return False
+    try:
+        json.loads(inner)
+    except (ValueError, RecursionError):
+        return True
+    return False
+
+
+def reported_category(
+    kind: str,
+    *,
+    failed: bool,
+    text: str | None,
+    request: str | None = None,
+    rules: Sequence[ObservationRule] = RULES,
+) -> str | None:
+    """What a span's failure text reports, as the classifier's ``error`` and refusal rules read it:
+    ``schema_violation`` for a failed call whose arguments are broken JSON or a text matching a refusal
+    rule, ``error`` for a text matching an ``error`` rule, None otherwise (``failed``: status ERROR or an
+    ``exception`` event; ``text``: :func:`failure_text`; ``request``: the span's ``request`` column).
+
+    The trace signals count these per trace (``tailcut.signals``), so a ``traces`` row says whether
+    a trace shows an ``error`` or a refusal, kept or dropped.
+
+    >>> reported_category("tool", failed=False, text="Error: 404 Client Error: Not Found for url")
+    'error'
+    >>> reported_category("tool", failed=True, text="boom", request='"{\\\\"city\\\\": "')
+    'schema_violation'
+    """
+    if failed and _malformed_arguments(kind, request):
+        return "schema_violation"
+    seen = observe(text, rules)
+    return None if seen is None else seen.rule.category
