@@ -440,6 +440,7 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
                min(start_time_ns) AS start_time_ns, max(end_time_ns) AS end_time_ns,
                (max(end_time_ns) - min(start_time_ns)) / 1e6 AS duration_ms,
                count(*)::INT AS span_count, count(*) FILTER (WHERE status_code = 'ERROR')::INT AS error_count,
+               count(*) FILTER (WHERE status_code = 'ERROR')::INT AS error_spans,
                count(*) FILTER (WHERE kind = 'llm')::INT AS llm_calls,
                count(*) FILTER (WHERE kind = 'tool' AND attempt = 1)::INT AS tool_calls,
                coalesce(sum(input_tokens), 0)::BIGINT AS input_tokens,
@@ -477,6 +478,7 @@ def traces_rows(table: pa.Table, category: str, baseline: np.ndarray, p: float) 
         "session_id": pa.array([None] * n, pa.string()),
         "user_id": pa.array([None] * n, pa.string()),
         "conversation_id": pa.array([None] * n, pa.string()),
+        "refused_calls": pa.array([0] * n, pa.int32()),
     }
     columns = {
         name: rows.column(name) if name in rows.column_names else extra[name] for name in schema.TRACES.names

@@ -464,7 +464,7 @@ RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
 RESULT_CHARS: Final = 4000
 _OPENS_CONTAINER: Final = re.compile(r"^\s*[\[{]")
 #: The keys :data:`RESULT_TEXT_PATHS` end in, as canonical JSON writes them.
-_PATH_KEYS: Final = tuple(f'"{path.rsplit(".", 1)[1]}"' for path in RESULT_TEXT_PATHS)
+_PATH_KEYS: Final = tuple(dict.fromkeys(f'"{path.rsplit(".", 1)[1]}"' for path in RESULT_TEXT_PATHS))
 
 
 def _json_path(value: Any, path: str) -> Any:
