@@ -186,7 +186,7 @@ def raised(span: Any) -> bool:
 
 
 #: The event attributes a failure text reads (an exception's type and message, a step's message).
-_EVENT_TEXT_KEYS: Final = ("exception.type", "exception.message", "message")
+_EVENT_TEXT_KEYS: Final = {key.encode(): key for key in ("exception.type", "exception.message", "message")}
 #: The attributes a span's result may be read from, and what marks a LangChain message's tool-call parse
 #: errors in one (searched in the raw bytes before anything is decoded; see ``INVALID_TOOL_CALLS``).
 _OUTPUT_KEYS: Final = (
@@ -236,7 +236,7 @@ def reported(
     said = [
         (
             event.name.decode("utf-8", "replace"),
-            {key: _text(raw) for key in _EVENT_TEXT_KEYS if (raw := event.attributes.get(key)) is not None},
+            {key: _text(pair.value) for pair in event.attributes if (key := _EVENT_TEXT_KEYS.get(pair.key))},
         )
         for event in events
     ]

@@ -112,24 +112,13 @@ def _build_lazy_types() -> tuple[type[Message], type[Message], type[Message], ty
     entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=optional)
     entry.field.add(name="value", number=2, type=_FIELD.TYPE_BYTES, label=optional)
     entry.options.map_entry = True
-    # The status message as bytes (a failure text is read from it; bytes: no UTF-8 check can fail a parse).
-    message(
-        "Status",
-        [("message", 2, _FIELD.TYPE_BYTES, optional, ""), ("code", 3, _FIELD.TYPE_INT32, optional, "")],
-    )
-    # An event's name (whether a span carries an ``exception`` event: tailcut.signals.is_failed) and its
-    # attributes as a map like the span's (the failure text reads an exception's type and message).
-    event = message(
-        "Event",
-        [
-            ("name", 2, _FIELD.TYPE_BYTES, optional, ""),
-            ("attributes", 3, _FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.Event.AttributesEntry"),
-        ],
-    )
-    event_entry = event.nested_type.add(name="AttributesEntry")
-    event_entry.field.add(name="key", number=1, type=_FIELD.TYPE_STRING, label=optional)
-    event_entry.field.add(name="value", number=2, type=_FIELD.TYPE_BYTES, label=optional)
-    event_entry.options.map_entry = True
+    # The status message, an event's name (whether a span carries an ``exception`` event:
+    # tailcut.signals.is_failed) and its attributes (an exception's type and message): what a failure text
+    # reads. All as bytes, keys too: no UTF-8 check can fail a parse, and only spans with events read them.
+    raw, pairs = _FIELD.TYPE_BYTES, (_FIELD.TYPE_MESSAGE, repeated, ".tailcut.collector.lazy.RawKeyValue")
+    message("Status", [("message", 2, raw, optional, ""), ("code", 3, _FIELD.TYPE_INT32, optional, "")])
+    message("Event", [("name", 2, raw, optional, ""), ("attributes", 3, *pairs)])
+    message("RawKeyValue", [("key", 1, raw, optional, ""), ("value", 2, raw, optional, "")])
     # Only a span's trace_state (the writer restates it on slice-only spans): no attribute map is built.
     message("SpanTraceState", [("trace_state", 3, _FIELD.TYPE_BYTES, optional, "")])
     message(

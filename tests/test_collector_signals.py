@@ -20,6 +20,23 @@ from tests.test_exporters_wire import encoded_any_value
 TRACE_ID = bytes(range(1, 17))
 #: Tool arguments: the first two the same call serialised two ways (identical calls, whatever the spacing).
 ARGUMENTS = ['{"q":"refund"}', '{"q": "refund"}', '{"q":"order 7"}', '{"id":3}']
+#: Failure texts (status messages, exception messages, tool results): errors, refusals of the model's output
+#: and clean texts; ``None``: none recorded.
+TEXTS = [
+    None,
+    "boom",
+    "HTTP Error 429: Too Many Requests",
+    "1 validation error for SearchArgs",
+    "Unknown tool web_search, should be one of: search",
+    "in stock: 4",
+]
+#: Where each tool shape records its result.
+RESULT_KEYS = {
+    "tailcut_tool": "tailcut.response",
+    "oi_tool": "output.value",
+    "genai_tool": "gen_ai.tool.call.result",
+    "oll_tool": "traceloop.entity.output",
+}
 #: Two priced models and one with no price.
 MODELS = ["gpt-4o-mini", "gpt-4o", "no-such-model"]
 SHAPES = [
@@ -154,7 +171,10 @@ def span_name(shape: str, index: int) -> str:
 
 @st.composite
 def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) -> list[Span]:
-    """Random traces; ``whole`` ones have a root and no missing parent, as one process records them."""
+    """Random traces; ``whole`` ones have a root and no missing parent, as one process records them.
+
+    Spans may carry failure texts: a failed span's status message, an exception's type and message, a
+    framework step's message, a tool's result."""
     count = draw(st.integers(1, 14))
     ids = [bytes([0, 0, 0, 0, 0, 0, 1, i + 1]) for i in range(count)]
     has_root = whole or draw(st.booleans())
@@ -170,7 +190,12 @@ def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) 
             parent = ids[choice] if choice >= 0 else bytes([9] * 8)  # -1: a parent that never arrives
             shape = draw(st.sampled_from(shapes))
             attributes = attributes_for(shape, draw)
+            result = draw(st.sampled_from(TEXTS)) if shape in RESULT_KEYS else None
+            if result is not None:
+                attributes[RESULT_KEYS[shape]] = json.dumps(result) if shape == "tailcut_tool" else result
         start = draw(st.integers(0, 10**9))
+        code = draw(st.sampled_from([0, 1, 2]))
+        message = draw(st.sampled_from(TEXTS)) if code == 2 else None  # the SDK keeps ERROR's alone
         spans.append(
             Span(
                 trace_id=TRACE_ID,
@@ -180,14 +205,25 @@ def traces(draw: st.DrawFn, shapes: list[str] = SHAPES, *, whole: bool = False) 
                 start_time_unix_nano=start,
                 end_time_unix_nano=start + draw(st.integers(0, 10**9)),
                 attributes=[kv(k, v) for k, v in attributes.items()],
-                status=Status(code=draw(st.sampled_from([0, 1, 2]))),
+                status=Status(code=code, message=message or ""),
                 events=[
-                    Span.Event(name=name) for name in draw(st.lists(st.sampled_from(EVENTS), max_size=2))
+                    Span.Event(
+                        name=name, attributes=[kv(k, v) for k, v in event_attributes(name, draw).items()]
+                    )
+                    for name in draw(st.lists(st.sampled_from(EVENTS), max_size=2))
                 ],
             )
         )
     order = draw(st.permutations(range(count)))
     return [spans[i] for i in order]
+
+
+def event_attributes(name: str, draw: st.DrawFn) -> dict[str, object]:
+    """An exception's type and maybe its message, or a framework step's message."""
+    text = draw(st.sampled_from(TEXTS))
+    if name == "exception":
+        return {"exception.type": "ToolError", **({"exception.message": text} if text else {})}
+    return {"message": text} if text else {}
 
 
 def collector_signals(spans: list[Span]):

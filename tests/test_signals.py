@@ -125,8 +125,11 @@ def readable(span: Span, service: str) -> ReadableSpan:
         attributes={kv.key: _value(kv.value) for kv in span.attributes},
         start_time=span.start_time_unix_nano,
         end_time=span.end_time_unix_nano,
-        status=Status(_STATUS[span.status.code]),
-        events=[Event(e.name, timestamp=span.end_time_unix_nano) for e in span.events],
+        status=Status(_STATUS[span.status.code], span.status.message or None),
+        events=[
+            Event(e.name, {kv.key: _value(kv.value) for kv in e.attributes}, span.end_time_unix_nano)
+            for e in span.events
+        ],
     )
 
 
