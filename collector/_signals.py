@@ -37,7 +37,15 @@ from tailcut.collector._facts import (
 from tailcut.collector._headsampling import threshold
 from tailcut.collector._otlp import SpanFacts
 from tailcut.exporters.conventions.observations import RULES, ObservationRule
-from tailcut.signals import FAILING_KINDS, TraceSignals, chain_depth, trace_cost, trace_signals
+from tailcut.signals import (
+    FAILING_KINDS,
+    REFUSAL,
+    TraceSignals,
+    chain_depth,
+    shows_error,
+    trace_cost,
+    trace_signals,
+)
 
 _CARRIER = attr.CARRIER_KIND
 _KIND = attr.KIND
@@ -132,9 +140,9 @@ class TraceTally:
         if failed:
             self.errors += 1
         said = reported(span, attributes, kind, status == _ERROR or thrown, rules)
-        if said == "schema_violation":
+        if said == REFUSAL:
             self.refused += 1
-        elif failed or said == "error":
+        elif shows_error(failed=failed, reported=said):
             self.error_spans += 1
         if kind == "tool" and (key := tool_key(span, attributes)) is not None:
             self.tool_calls += 1
@@ -168,9 +176,9 @@ class TraceTally:
             # counts only its failure, as a span of kind other; else tailcut.signals.is_failed of an llm span
             failed = failed if other else failed or thrown
             errors += failed
-            if said == "schema_violation":
+            if said == REFUSAL:
                 refused += 1
-            elif failed or said == "error":
+            elif shows_error(failed=failed, reported=said):
                 error_spans += 1
             if other:
                 continue

@@ -120,6 +120,23 @@ def is_failed(kind: str, *, error_status: bool, raised: bool) -> bool:
     return error_status or (raised and kind in FAILING_KINDS)
 
 
+#: What a span's failure text reports when it says the harness refused the model's output.
+REFUSAL: Final = "schema_violation"
+
+
+def shows_error(*, failed: bool, reported: str | None) -> bool:
+    """Whether a span shows an ``error`` (the ``error_spans`` signal): its failure text reports one, or it
+    failed (:func:`is_failed`) and the failure is no refusal of the model's output (:data:`REFUSAL`: the
+    classifier's ``schema_violation`` then, not an ``error``).
+
+    >>> shows_error(failed=True, reported=None), shows_error(failed=True, reported="schema_violation")
+    (True, False)
+    >>> shows_error(failed=False, reported="error")
+    True
+    """
+    return reported == "error" or (failed and reported != REFUSAL)
+
+
 def is_nested_call(kind: str, parent_kind: str | None) -> bool:
     """Whether a span is a second instrumentation's view of its parent's model call.
 
@@ -313,9 +330,9 @@ class SignalCounter:
         what its failure text reports (:class:`SpanSignals`)."""
         if failed:
             self.errors += 1
-        if reported == "schema_violation":
+        if reported == REFUSAL:
             self.refused_calls += 1
-        elif failed or reported == "error":
+        elif shows_error(failed=failed, reported=reported):
             self.error_spans += 1
         if kind == "llm":
             self.llm_calls += 1
