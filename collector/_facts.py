@@ -20,8 +20,9 @@ from tailcut import attributes as attr
 from tailcut.exporters._pricing import _PER_TOKEN, Pricing, default_pricing
 from tailcut.exporters.conventions import names as names
 from tailcut.exporters.conventions.mapping import COLUMN_SOURCES, KIND_KEYS, resolve_kind
-from tailcut.exporters.conventions.messages import is_content_key, rebuild, tool_request_sha256
+from tailcut.exporters.conventions.messages import tool_request_sha256, written_payloads
 from tailcut.exporters.conventions.observations import (
+    EVENT_TEXT_KEYS,
     RESULT_KINDS,
     RULES,
     ObservationRule,
@@ -185,8 +186,8 @@ def raised(span: Any) -> bool:
     return bool(events) and any(event.name == _EXCEPTION for event in events)
 
 
-#: The event attributes a failure text reads (an exception's type and message, a step's message).
-_EVENT_TEXT_KEYS: Final = {key.encode(): key for key in ("exception.type", "exception.message", "message")}
+#: The event attributes a failure text reads, by their encoded keys.
+_EVENT_TEXT_KEYS: Final = {key.encode(): key for key in EVENT_TEXT_KEYS}
 #: The attributes a span's result may be read from, and what marks a LangChain message's tool-call parse
 #: errors in one (searched in the raw bytes before anything is decoded; see ``INVALID_TOOL_CALLS``).
 _OUTPUT_KEYS: Final = (
@@ -203,18 +204,14 @@ def _text(raw: bytes) -> str | None:
     return None if value is None else value if type(value) is str else str(value)
 
 
+_OWN_PAYLOAD_KEYS: Final = (_KIND, attr.RESPONSE, attr.REQUEST)
+
+
 def _payloads(attributes: Any, kind: str) -> tuple[str | None, str | None]:
-    """A span's ``response`` and ``request`` columns as the writers fill them: tailcut's own payload
-    attributes, else (another instrumentation's span) the payloads rebuilt from its content attributes."""
-    response, request = attributes.get(attr.RESPONSE), attributes.get(attr.REQUEST)
-    response = None if response is None else _text(response)
-    request = None if request is None else _text(request)
-    if _KIND in attributes or kind == "other" or (response is not None and request is not None):
-        return response, request
-    if not any(is_content_key(key) for key in attributes):
-        return response, request
-    rebuilt = rebuild(kind, {key: any_value(attributes[key]) for key in attributes}, (), None)
-    return response or rebuilt.response, request or rebuilt.request
+    """A span's ``response`` and ``request`` columns (:func:`written_payloads`); a tailcut span has only
+    its own payload attributes decoded, another instrumentation's span every attribute."""
+    keys = _OWN_PAYLOAD_KEYS if _KIND in attributes else attributes
+    return written_payloads(kind, {key: any_value(attributes[key]) for key in keys if key in attributes})
 
 
 def reported(

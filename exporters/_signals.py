@@ -29,8 +29,9 @@ from tailcut.exporters.conventions.mapping import (
     resolve_kind,
     synthetic_boundary,
 )
-from tailcut.exporters.conventions.messages import is_content_key, rebuild, tool_request_sha256
+from tailcut.exporters.conventions.messages import tool_request_sha256, written_payloads
 from tailcut.exporters.conventions.observations import (
+    EVENT_TEXT_KEYS,
     INVALID_TOOL_CALLS,
     RESULT_KINDS,
     failure_text,
@@ -71,8 +72,6 @@ FACT_KEYS: Final = frozenset(
     }
     | {attr.SCHEMA_VIOLATIONS, n.LLM_REQUEST_TYPE, *RUN_KEYS.values(), *_TOOL_REQUEST_KEYS}
 )
-#: The event attributes a failure text reads.
-_EVENT_TEXT_KEYS: Final = ("exception.type", "exception.message", "message")
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -99,7 +98,7 @@ def _facts(
     reported: str | None,
 ) -> SpanFacts:
     """Facts from a span's decoded attributes (only :data:`FACT_KEYS` are read); ``raised``: it carries an
-    ``exception`` event; ``reported``: what its failure text reports (:func:`_reported`)."""
+    ``exception`` event; ``reported``: what its failure text reports (``SpanFacts.reported``)."""
     kind = resolve_kind(values)
     tool_name = first_source(values, "tool_name", kind)[0]
     provider = first_source(values, "provider", kind)[0]
@@ -173,20 +172,15 @@ def facts_from_otlp(span: Span, resource_service_name: str | None) -> SpanFacts:
 
 
 def _otlp_reported(span: Span, kind: str, failed: bool) -> str | None:
-    """What a protobuf span's failure text reports, its ``request`` and ``response`` as the writers fill
-    them (tailcut's payload attributes, else rebuilt from another instrumentation's content attributes)."""
+    """What a protobuf span's failure text reports (its payloads: :func:`written_payloads`)."""
     events = [
         (
             event.name,
-            {kv.key: str(python_value(kv.value)) for kv in event.attributes if kv.key in _EVENT_TEXT_KEYS},
+            {kv.key: str(python_value(kv.value)) for kv in event.attributes if kv.key in EVENT_TEXT_KEYS},
         )
         for event in span.events
     ]
-    values = {kv.key: python_value(kv.value) for kv in span.attributes}
-    response, request = values.get(attr.RESPONSE), values.get(attr.REQUEST)
-    if attr.KIND not in values and kind != "other" and any(is_content_key(key) for key in values):
-        rebuilt = rebuild(kind, values, (), None)
-        response, request = response or rebuilt.response, request or rebuilt.request
+    response, request = written_payloads(kind, {kv.key: python_value(kv.value) for kv in span.attributes})
     text = failure_text(kind, span.status.message or None, events, response)
     return reported_category(kind, failed=failed, text=text, request=request)
 

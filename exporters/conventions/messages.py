@@ -429,3 +429,18 @@ def rebuild(kind: str, attributes: Mapping[str, Any], events: Iterable[Any], mod
         finish_reason if isinstance(finish_reason, str) else None,
         frozenset(consumed),
     )
+
+
+def written_payloads(kind: str, attributes: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """A span's ``response`` and ``request`` columns as the writers fill them, from its decoded
+    ``attributes``: tailcut's own payload attributes, else, for another instrumentation's span that
+    records content, the payloads :func:`rebuild` makes (what the trace signals read a failure from)."""
+    response, request = attributes.get(attr.RESPONSE), attributes.get(attr.REQUEST)
+    response = response if isinstance(response, str) else None
+    request = request if isinstance(request, str) else None
+    if attr.KIND in attributes or kind == "other" or (response is not None and request is not None):
+        return response, request
+    if not any(is_content_key(key) for key in attributes):
+        return response, request
+    rebuilt = rebuild(kind, attributes, (), None)
+    return response or rebuilt.response, request or rebuilt.request

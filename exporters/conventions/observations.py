@@ -462,6 +462,8 @@ def sql_observation(text: str, rules: Sequence[ObservationRule] = RULES) -> str:
 RESULT_KINDS: Final = ("tool", "retriever", "embedding", "memory")
 #: How much of a boundary's result is searched for a failure observation (reports sit at its start).
 RESULT_CHARS: Final = 4000
+#: The event attributes a failure text reads (an exception's type and message, a step's message).
+EVENT_TEXT_KEYS: Final = ("exception.type", "exception.message", "message")
 _OPENS_CONTAINER: Final = re.compile(r"^\s*[\[{]")
 #: The keys :data:`RESULT_TEXT_PATHS` end in, as canonical JSON writes them.
 _PATH_KEYS: Final = tuple(dict.fromkeys(f'"{path.rsplit(".", 1)[1]}"' for path in RESULT_TEXT_PATHS))
