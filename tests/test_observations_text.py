@@ -24,6 +24,8 @@ TEXTS = st.sampled_from(
         "ok\nline two",
         "é ü 💥",
         "x" * 4100,
+        # longer than the start of a string result the failure text decodes (escapes of 2 to 12 characters)
+        'Error 💥 é " \\ \n\t ' * 4000,
     ]
 )
 RESULTS = st.one_of(
@@ -80,6 +82,20 @@ def test_the_python_failure_text_is_the_sql_one(kind, status_message, events, re
             f"SELECT {FAILURE_TEXT} FROM rows"
         ).fetchall()
     assert observations.failure_text(kind, status_message, events, response) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(min_size=1, max_size=40), ascii_only=st.booleans(), after=st.sampled_from(["", " x"]))
+def test_a_long_string_result_is_decoded_at_its_start_as_the_whole_decode_reads_it(text, ascii_only, after):
+    """A string result past the decoded start (``_STRING_PREFIX``) reads as ``json.loads`` of the whole
+    reads it, whatever its escapes and wherever the cut falls; one that ends early takes the whole decode."""
+    long = text * (observations._STRING_PREFIX // len(text) + 1)
+    response = json.dumps(long, ensure_ascii=ascii_only)
+    assert observations._string_start(response) == long[: observations.RESULT_CHARS]  # never decoded whole
+    assert observations._result_text("tool", response) == long[: observations.RESULT_CHARS]
+    early = json.dumps(text, ensure_ascii=ascii_only) + after + " " * observations._STRING_PREFIX
+    whole = observations._result_text("tool", early)
+    assert whole == (text[: observations.RESULT_CHARS] if not after else early[: observations.RESULT_CHARS])
 
 
 def test_a_failed_tool_whose_arguments_are_broken_json_is_a_refusal_and_a_429_text_an_error():

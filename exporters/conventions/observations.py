@@ -477,11 +477,43 @@ def _json_path(value: Any, path: str) -> Any:
     return value
 
 
+#: JSON text of a string result longer than this is decoded only at its start (:func:`_string_start`): a
+#: character of the string is at most 12 characters of JSON (a surrogate pair of ``\\u`` escapes), so this
+#: prefix holds a few more than the :data:`RESULT_CHARS` the failure text reads.
+_STRING_PREFIX: Final = 12 * (RESULT_CHARS + 2) + 2
+
+
+def _string_start(response: str) -> str | None:
+    """The first :data:`RESULT_CHARS` characters of ``response``, a long JSON string, decoded from its
+    start alone, as ``json.loads(response)[:RESULT_CHARS]`` gives them for valid JSON (a 40 MiB tool
+    result is not decoded whole to search its first 4,000 characters). None when the start does not
+    read as the opening of one long string (a string that ends early, a control character): the caller
+    then decodes the whole. The one difference from the whole decode: a string whose start is valid and
+    whose rest is not (hostile input) reads as its start rather than as raw text.
+
+    >>> _string_start('"' + "a\\\\u00e9" * 20000 + '"')[:4]
+    'aéaé'
+    """
+    prefix = response[:_STRING_PREFIX]
+    for cut in range(len(prefix), len(prefix) - 13, -1):  # back off a cut escape: at most 12 characters
+        try:
+            text, end = json.decoder.scanstring(prefix[:cut] + '"', 1)
+        except ValueError:
+            continue
+        # ``end`` past the appended quote: the prefix held no closing quote, so the string runs on
+        return text[:RESULT_CHARS] if end == cut + 1 and len(text) > RESULT_CHARS else None
+    return None
+
+
 def _result_text(kind: str, response: str | None) -> str | None:
     """The part of a span's stored ``response`` (JSON text) its failure text holds (:func:`failure_text`)."""
     if response is None:
         return None
     if kind in RESULT_KINDS:
+        if len(response) > _STRING_PREFIX and response.startswith('"'):
+            start = _string_start(response)
+            if start is not None:
+                return start
         value = None
         # parsed only when it may be a string or hold a message's text (every path ends in one of these)
         if response.startswith('"') or any(key in response for key in _PATH_KEYS):
