@@ -500,8 +500,9 @@ def _string_start(response: str) -> str | None:
             text, end = json.decoder.scanstring(prefix[:cut] + '"', 1)
         except ValueError:
             continue
-        # ``end`` past the appended quote: the prefix held no closing quote, so the string runs on
-        return text[:RESULT_CHARS] if end == cut + 1 and len(text) > RESULT_CHARS else None
+        # ``end`` past the appended quote: the prefix held no closing quote, so the string runs on (and
+        # its start decodes to more than RESULT_CHARS characters, by the bound of _STRING_PREFIX)
+        return text[:RESULT_CHARS] if end == cut + 1 else None
     return None
 
 
