@@ -37,13 +37,9 @@ kept trace (:func:`build`); otherwise the category takes the sampled path (1/π 
 the baseline slice) and the comparison says why. The kept traces include the uniform baseline slice, so
 a rule that differed on the traffic at large would show there.
 
-**What compare reads.** ``tailcut compare`` is a gate, run on every build. It reads of ``traces`` the
-columns of :data:`READ` alone, deciding each row's group in the same statement as its flags
-(:func:`build`'s ``groups``), and the stored findings once (:data:`FOUND`, one row per trace); both
-groups' census counts then come from one grouped query and both groups' kept traces from one query over
-those in-memory tables. (DuckDB inlines the ``traces`` CTE of that statement, scanning the file's
-columns where the reference and the flags each need them: cheaper than materializing every row's
-twenty columns, measured on the benchmark's 73k traces.)
+**What compare reads.** ``tailcut compare`` is a gate, run on every build: it reads the flags stored per
+``traces`` row with the findings (:mod:`._census_file`, computed here once per change of the data dir)
+and pairs them by position with the ``traces`` rows its groups are decided on.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from tailcut.analysis import _rules
+from tailcut.analysis import _rules, _source
 from tailcut.analysis._classify import CATEGORIES
 
 if TYPE_CHECKING:
@@ -127,20 +123,20 @@ def _flags() -> dict[str, str]:
     }
 
 
-def _census_sql(groups: int) -> str:
-    """The ``_census`` table: every ``traces`` row's flags, the columns a sample needs and, for each of
-    ``groups`` groups, whether the row is in it (``in_0``, ``in_1``...: the predicates ``{group_<i>}``
-    are spliced in by :func:`build`). Only the :data:`READ` columns of ``traces`` are read: the CTE named
-    ``traces`` shadows the view for the reference (:data:`._rules._REFERENCE_SAMPLE`) and the flags."""
+def _census_sql(source: str, positions: bool) -> str:
+    """The ``_census`` table: every row of ``source`` (``traces``, or a scan of some of its files) with its
+    flags and the columns a sample needs, and with ``positions`` each row's ``filename`` and
+    ``file_row_number``. Only the :data:`READ` columns are read: the CTE named ``traces`` shadows the view
+    for the reference (:data:`._rules._REFERENCE_SAMPLE`) and the flags."""
     flags = _flags()
     selected = ", ".join(f"coalesce({sql}, false) AS flag_{c}" for c, sql in flags.items())
-    members = "".join(f", {{group_{i}}} AS in_{i}" for i in range(groups))
-    carried = "".join(f", t.in_{i}" for i in range(groups))
+    located = ", filename, file_row_number" if positions else ""
+    carried = ", t.filename, t.file_row_number" if positions else ""
     spread = _rules._spread
     spread_columns = _rules._spread_columns
     return f"""
 CREATE OR REPLACE TEMP TABLE {TABLE} AS
-WITH traces AS NOT MATERIALIZED (SELECT {", ".join(READ)}{members} FROM main.traces),
+WITH traces AS NOT MATERIALIZED (SELECT {", ".join(READ)}{located} FROM {source}),
 {_rules._REFERENCE_SAMPLE},
 spreads AS (
     SELECT agent_no, {spread("tokens", "tokens")}, {spread("llm_calls", "calls")},
@@ -178,18 +174,6 @@ def found_columns(alias: str = "f") -> str:
     return ", ".join(f"coalesce({alias}.found_{c}, false) AS {c}" for c in CATEGORIES)
 
 
-def _named(where: str, params: Sequence[Any], prefix: str) -> tuple[str, dict[str, Any]]:
-    """``where`` with its ``?`` placeholders numbered ``$<prefix>_<i>`` (the flags take named parameters,
-    and DuckDB takes one kind per statement), and their values. The predicates are tailcut's own
-    (:mod:`._compare`), with no ``?`` inside a literal."""
-    pieces = where.split("?")
-    if len(pieces) - 1 != len(params):
-        raise ValueError(f"{where!r} has {len(pieces) - 1} placeholders for {len(params)} values")
-    names = [f"{prefix}_{i}" for i in range(len(params))]
-    text = pieces[0] + "".join(f"${name}{piece}" for name, piece in zip(names, pieces[1:], strict=True))
-    return text, dict(zip(names, params, strict=True))
-
-
 @dataclass(frozen=True)
 class CensusCoverage:
     """Which categories are census categories of a data dir, and why the others are not.
@@ -210,30 +194,29 @@ class CensusCoverage:
 
 
 def build(
-    dataset: Dataset,
-    thresholds: Thresholds | None = None,
-    *,
-    groups: Sequence[tuple[str, Sequence[Any]]] = (),
+    dataset: Dataset, thresholds: Thresholds | None = None, *, files: Sequence[str] | None = None
 ) -> CensusCoverage:
     """Fill the ``_census`` table (a flag per census category for every trace seen) and :data:`FOUND`,
     and check each flag against the findings of the kept traces (classifying first if needed).
 
-    ``groups`` are ``(predicate over traces, values of its ? placeholders)``: the i-th becomes the
-    ``in_<i>`` column, so :func:`groups_census` and :func:`._estimates.group_samples` read a comparison's
-    groups from ``_census`` without reading ``traces`` again."""
+    ``files``: the ``traces`` files to read (paths, in the order their rows are wanted), each row with its
+    ``filename`` and ``file_row_number`` (:mod:`._census_file` stores the census in that order); by
+    default the ``traces`` view."""
     from tailcut.analysis._classify import Thresholds
 
     limits = thresholds or Thresholds()
     fill_found(dataset)
-    query = _census_sql(len(groups))
-    members: dict[str, Any] = {}
-    for i, (where, params) in enumerate(groups):
-        predicate, values = _named(where, params, f"g{i}")
-        query = query.replace(f"{{group_{i}}}", f"({predicate})")
-        members.update(values)
     connection = dataset.connection
+    with dataset.reading():
+        if files is None:
+            query = _census_sql("main.traces", positions=False)
+        else:
+            query = _census_sql(
+                f"({_source.table_scan(connection, 'traces', _source.file_list(files), positions=True)})",
+                True,
+            )
     with dataset.reading(query):
-        connection.execute(query, {**_rules.named_parameters(query, limits.parameters()), **members})
+        connection.execute(query, _rules.named_parameters(query, limits.parameters()))
     disagreements = ", ".join(
         f"count(*) FILTER (WHERE c.flag_{c} <> coalesce(f.found_{c}, false))" for c in CENSUS_CATEGORIES
     )
@@ -280,33 +263,21 @@ class CensusCounts:
 
 def group_census(dataset: Dataset, where: str, params: Sequence[Any]) -> CensusCounts:
     """The census counts of the traces matching ``where`` over ``traces`` (``_census`` must be built:
-    :func:`build`)."""
-    member = f"c.trace_id IN (SELECT trace_id FROM traces WHERE ({where}))"
-    return _census_counts(dataset, [member], params)[0]
-
-
-def groups_census(dataset: Dataset, groups: int) -> list[CensusCounts]:
-    """The census counts of each group :func:`build` was given, in one grouped query over ``_census``."""
-    return _census_counts(dataset, [f"c.in_{i}" for i in range(groups)], ())
-
-
-def _census_counts(dataset: Dataset, members: Sequence[str], params: Sequence[Any]) -> list[CensusCounts]:
-    """Per group (a predicate over ``_census c``), traces seen at each head probability and the traces
-    of each census category; a trace with several rows counts once (a flag if any row has it)."""
+    :func:`build`): traces seen at each head probability and the traces of each census category; a trace
+    with several rows counts once (a flag if any row has it)."""
     flags = ", ".join(f"bool_or(c.flag_{c}) AS {c}" for c in CENSUS_CATEGORIES)
     sums = ", ".join(f"count(*) FILTER (WHERE {c})" for c in CENSUS_CATEGORIES)
-    per_group = " UNION ALL ".join(
-        f"SELECT {i} AS g, c.trace_id, any_value(c.head) AS h, {flags} "
-        f"FROM {TABLE} c WHERE ({member}) GROUP BY c.trace_id"
-        for i, member in enumerate(members)
+    query = (
+        f"SELECT h, count(*), {sums} FROM (SELECT c.trace_id, any_value(c.head) AS h, {flags} FROM {TABLE} c "
+        f"WHERE c.trace_id IN (SELECT trace_id FROM traces WHERE ({where})) GROUP BY c.trace_id) "
+        "GROUP BY h ORDER BY h"
     )
-    query = f"SELECT g, h, count(*), {sums} FROM ({per_group}) GROUP BY g, h ORDER BY g, h"
     with dataset.reading(query):
         rows = dataset.connection.execute(query, list(params) or None).fetchall()
-    return [_counts([row[1:] for row in rows if row[0] == i]) for i in range(len(members))]
+    return counts(rows)
 
 
-def _counts(rows: Sequence[Sequence[Any]]) -> CensusCounts:
+def counts(rows: Sequence[Sequence[Any]]) -> CensusCounts:
     """One group's :class:`CensusCounts` from its rows ``(head probability, seen, hits...)``."""
     if not rows:
         return CensusCounts(0, dict.fromkeys(CENSUS_CATEGORIES, 0))

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tailcut.analysis import _census, stats
+from tailcut.analysis import _census, _census_file, stats
 from tailcut.analysis._classify import CATEGORIES
-from tailcut.analysis._errors import AnalysisError, maps_errors
+from tailcut.analysis._errors import AnalysisError, DataReadError, maps_errors
 from tailcut.analysis._estimates import CategoryRate, GroupSample, group_samples
 from tailcut.analysis._power import POWER, Guidance, guidance, traces_per_group
 from tailcut.analysis._records import difference_record
@@ -338,13 +338,15 @@ def compare_windows(
         if end <= start:
             raise AnalysisError(f"window {start.isoformat()} .. {end.isoformat()} ends before it starts")
         bounds.append((start, end))
-    predicate = "start_time >= ? AND start_time < ?"
+    # over the exact nanoseconds, which the traces view rebuilds start_time from (cheaper to compare)
+    predicate = "start_time_ns >= ? AND start_time_ns < ?"
     labels = tuple(f"{s:%Y-%m-%d %H:%M}..{e:%Y-%m-%d %H:%M}" for s, e in bounds)
 
     def empty(i: int) -> AnalysisError:
         return AnalysisError(f"no trace started in window {labels[i]}; choose a window with traffic")
 
-    coverage, groups = _groups(dataset, predicate, (bounds[0], bounds[1]), empty)
+    nanoseconds = [tuple(_nanoseconds(moment) for moment in bound) for bound in bounds]
+    coverage, groups = _groups(dataset, predicate, (nanoseconds[0], nanoseconds[1]), empty)
     return _compare(f"window {labels[0]} → {labels[1]}", (labels[0], labels[1]), groups, coverage)
 
 
@@ -354,20 +356,33 @@ def _groups(
     params: tuple[Sequence[Any], Sequence[Any]],
     empty: Callable[[int], AnalysisError],
 ) -> tuple[_census.CensusCoverage, tuple[GroupSample, GroupSample]]:
-    """Both groups (``predicate`` over ``traces`` with each group's ``params``) from one read of ``traces``
-    and of the findings: the census flags with each trace's group, both census counts in one query, both
-    samples of kept traces in another. ``empty(i)`` is raised when no trace is in group ``i``."""
-    coverage = _census.build(dataset, groups=[(predicate, params[0]), (predicate, params[1])])
-    counts = _census.groups_census(dataset, 2)
-    for i, census in enumerate(counts):
-        if not census.seen:
+    """Both groups (``predicate`` over ``traces`` with each group's ``params``) from one query: the
+    stored census rows (:mod:`._census_file`) paired with the ``traces`` rows' groups. ``empty(i)`` is
+    raised when no trace is in group ``i``."""
+    census = _census_file.current(dataset)
+    try:
+        rows = census.grouped(dataset, predicate, params)
+    except DataReadError:  # a listed file was removed since (compacted): the census of the files now
+        census = _census_file.current(dataset)
+        rows = census.grouped(dataset, predicate, params)
+    first, second = group_samples(rows, census.coverage)
+    for i, sample in enumerate((first, second)):
+        if sample.census is None or not sample.census.seen:
             raise empty(i)
-    first, second = group_samples(dataset, coverage, counts)
-    return coverage, (first, second)
+    return census.coverage, (first, second)
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:
     return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+
+
+def _nanoseconds(moment: dt.datetime) -> int:
+    """A UTC datetime as Unix nanoseconds, exactly (a datetime holds whole microseconds).
+
+    >>> _nanoseconds(dt.datetime(1970, 1, 1, 0, 0, 1, 5, tzinfo=dt.UTC))
+    1000005000
+    """
+    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1) * 1000
 
 
 def labels_of(values: Sequence[Any]) -> list[str]:

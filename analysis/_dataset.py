@@ -503,6 +503,12 @@ class Dataset:
         kind = "TABLE" if table else "VIEW"
         self._connection.execute(f"CREATE {kind} findings AS {query}")
 
+    @property
+    def findings_key(self) -> str | None:
+        """The source key (:func:`._findings.source_key`) of the registered findings when they are the
+        default thresholds' (None: none registered, or of other thresholds)."""
+        return self._findings_key
+
     def has_findings(self) -> bool:
         """Whether a ``findings`` table is registered in this session (it may be stale; see
         :meth:`ensure_findings`)."""

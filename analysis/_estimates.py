@@ -33,13 +33,12 @@ import numpy as np
 from tailcut.analysis import _census, stats
 from tailcut.analysis._census import TAIL_KEPT as TAIL_KEPT
 from tailcut.analysis._census import CensusCounts, CensusCoverage, group_census
+from tailcut.analysis._census_file import bit
 from tailcut.analysis._classify import CATEGORIES
 from tailcut.analysis._errors import maps_errors
 from tailcut.analysis._verdict import CensusCount, GroupCounts, PopulationSample
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from tailcut.analysis._dataset import Dataset
 
 
@@ -81,10 +80,19 @@ class GroupSample:
     census: CensusCounts | None = None
     #: which categories the census covers in this data dir
     coverage: CensusCoverage | None = None
+    #: how many kept traces each row stands for, alike in every field (None: one each)
+    repeats: Sequence[int] | None = None
+
+    @functools.cached_property
+    def _repeats(self) -> np.ndarray:
+        if self.repeats is None:
+            return np.ones(len(self.inclusion_probability), dtype=np.int64)
+        return np.asarray(self.repeats, dtype=np.int64)
 
     @property
     def size(self) -> int:
-        return len(self.inclusion_probability)
+        """Kept traces in the group."""
+        return int(self._repeats.sum())
 
     @property
     def represented(self) -> bool:
@@ -94,12 +102,16 @@ class GroupSample:
             self.size >= self.population or bool((np.asarray(self.inclusion_probability) < 1).any())
         )
 
+    def _count(self, rows: np.ndarray) -> int:
+        """Kept traces in the rows where ``rows`` is true."""
+        return int(self._repeats[rows].sum())
+
     @functools.cached_property
     def _populations(self) -> dict[str, PopulationSample]:
         """Each category's kept traces for its 1/π rate, made once (each caches its sums): the verdict
         and the rate beside it ask for the same one."""
         return {
-            category: PopulationSample(hits, self.inclusion_probability, self.population)
+            category: PopulationSample(hits, self.inclusion_probability, self.population, self.repeats)
             for category, hits in self.hits.items()
         }
 
@@ -117,10 +129,10 @@ class GroupSample:
         hits = np.asarray(self.hits[category], dtype=bool)
         baseline, tail = np.asarray(self.baseline, dtype=bool), np.asarray(self.tail, dtype=bool)
         return GroupCounts(
-            baseline_hits=int(np.count_nonzero(hits & baseline)),
-            baseline_n=int(np.count_nonzero(baseline)),
-            tail_hits=int(np.count_nonzero(hits & tail)),
-            tail_n=int(np.count_nonzero(tail)),
+            baseline_hits=self._count(hits & baseline),
+            baseline_n=self._count(baseline),
+            tail_hits=self._count(hits & tail),
+            tail_n=self._count(tail),
             population=self._populations[category] if self.represented else None,
             census=self.census_count(category),
         )
@@ -135,7 +147,7 @@ class GroupSample:
             if counts.baseline_n
             else None
         )
-        return CategoryRate(category, int(np.count_nonzero(hits)), weighted, baseline)
+        return CategoryRate(category, self._count(np.asarray(hits, dtype=bool)), weighted, baseline)
 
 
 def group_sample(
@@ -164,7 +176,7 @@ def group_sample(
 
     See Also
     --------
-    group_samples : a comparison's groups, from the tables :func:`._census.build` filled.
+    group_samples : a comparison's groups, from the stored census (:mod:`._census_file`).
     """
     _census.fill_found(dataset)
     table = dataset.sql_arrow(
@@ -188,64 +200,87 @@ def group_sample(
             f"head_probability, 1)) AS h FROM traces t WHERE ({where}) GROUP BY trace_id)",
             params=list(params),
         ).row(0)
-    return _sample(table, seen, weighted, heads, census=census, coverage=coverage)
+    columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    return _sample(columns, seen, weighted, heads, census=census, coverage=coverage)
 
 
 def group_samples(
-    dataset: Dataset, coverage: CensusCoverage, censuses: Sequence[CensusCounts]
+    rows: Sequence[tuple[bool, bool, float, float, int, int]], coverage: CensusCoverage
 ) -> list[GroupSample]:
-    """Each group's :class:`GroupSample` from the tables :func:`._census.build` filled with ``groups``
-    (the kept traces of every group in one query; ``censuses`` from :func:`._census.groups_census`):
-    the same samples as :func:`group_sample` of each group's predicate, without reading ``traces`` or the
-    findings again."""
-    members = [f"c.in_{i}" for i in range(len(censuses))]
-    table = dataset.sql_arrow(
-        f"""
-        SELECT DISTINCT c.trace_id, c.inclusion_probability, c.head, c.baseline, c.tail,
-               {", ".join(members)}, {_census.found_columns()}
-        FROM {_census.TABLE} c LEFT JOIN {_census.FOUND} f USING (trace_id)
-        WHERE c.kept AND ({" OR ".join(members)})
-        ORDER BY c.trace_id
-        """
-    )
+    """Both groups' :class:`GroupSample` from :meth:`._census_file.Census.grouped`'s rows ``(in A, in B,
+    head, π, bits, traces)``: the same samples as :func:`group_sample` of each group's predicate, a row
+    for each set of alike kept traces (``repeats``)."""
+    kept, baseline, tail = bit("kept"), bit("baseline"), bit("tail")
     samples = []
-    for i, census in enumerate(censuses):
-        mine = table.filter(table.column(f"in_{i}"))
+    for group in range(2):
+        mine = [row for row in rows if row[group]]
+        census = _census.counts(
+            [
+                (
+                    head,
+                    sum(row[5] for row in at),
+                    *(
+                        sum(row[5] for row in at if row[4] & bit(f"flag_{c}"))
+                        for c in _census.CENSUS_CATEGORIES
+                    ),
+                )
+                for head in sorted({row[2] for row in mine})
+                for at in [[row for row in mine if row[2] == head]]
+            ]
+        )
+        chosen = [row for row in mine if row[4] & kept]
+        bits = np.array([row[4] for row in chosen], dtype=np.int64)
+        columns = {
+            "head": np.array([row[2] for row in chosen], dtype=np.float64),
+            "inclusion_probability": np.array([row[3] for row in chosen], dtype=np.float64),
+            "baseline": (bits & baseline) != 0,
+            "tail": (bits & tail) != 0,
+            **{c: (bits & bit(f"found_{c}")) != 0 for c in CATEGORIES},
+        }
+        repeats = [row[5] for row in chosen]
         weighted = sum(n / h for h, n in census.heads)
         samples.append(
-            _sample(mine, census.seen, weighted, len(census.heads), census=census, coverage=coverage)
+            _sample(
+                columns,
+                census.seen,
+                weighted,
+                len(census.heads),
+                census=census,
+                coverage=coverage,
+                repeats=repeats,
+            )
         )
     return samples
 
 
 def _sample(
-    table: pa.Table,
+    columns: Mapping[str, np.ndarray],
     seen: int,
     weighted: float,
     heads: int,
     *,
     census: CensusCounts | None,
     coverage: CensusCoverage | None,
+    repeats: Sequence[int] | None = None,
 ) -> GroupSample:
-    """A :class:`GroupSample` from a group's kept traces (a row each: π, head probability, baseline, tail,
-    and a column per category) and its traces seen (``seen``; ``weighted``: Σ 1/head over them)."""
-
-    def column(name: str, dtype: type) -> np.ndarray:
-        return table.column(name).to_numpy(zero_copy_only=False).astype(dtype)
-
-    pi, head = column("inclusion_probability", np.float64), column("head", np.float64)
+    """A :class:`GroupSample` from a group's kept traces (a row each of the ``columns``: π, head
+    probability, baseline, tail, one per category; ``repeats``: how many kept traces each row stands for)
+    and its traces seen (``seen``; ``weighted``: Σ 1/head over them)."""
+    pi, head = columns["inclusion_probability"].astype(np.float64), columns["head"].astype(np.float64)
     if heads <= 1:  # one head probability: the traces seen are a uniform sample; the tail stage's pi
         probabilities, population = pi / head, seen
     else:
-        probabilities, population = pi, max(round(weighted), len(pi))
+        kept = len(pi) if repeats is None else sum(repeats)
+        probabilities, population = pi, max(round(weighted), kept)
     return GroupSample(
         population=population,
         inclusion_probability=probabilities,
-        baseline=column("baseline", bool),
-        tail=column("tail", bool),
-        hits={c: column(c, bool) for c in CATEGORIES},
+        baseline=columns["baseline"].astype(bool),
+        tail=columns["tail"].astype(bool),
+        hits={c: columns[c].astype(bool) for c in CATEGORIES},
         census=census,
         coverage=coverage,
+        repeats=repeats,
     )
 
 

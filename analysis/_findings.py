@@ -45,24 +45,34 @@ def path(location: str) -> Path:
     return Path(location, DIRECTORY, FILE)
 
 
-def source_key(dataset: Dataset) -> str:
-    """The sha256 of tailcut's version and every ``spans``/``traces`` file (name and size) present now."""
-    from tailcut._version import __version__
-
-    digest = hashlib.sha256(f"tailcut {__version__}\n".encode())
+def source_files(dataset: Dataset) -> dict[str, list[tuple[str, int]]]:
+    """Per table, every Parquet file present now: its name relative to the data dir (a remote one: its
+    URL) and its size (-1 when a listing gives none), sorted by name."""
     location = dataset.location
+    listed = {}
     for table in _source.TABLES:
         if _source.is_remote(location):
             rows = dataset.connection.execute(
                 "SELECT file FROM glob(?) ORDER BY file", [_source.table_glob(location, table)]
             ).fetchall()
-            entries = [(str(name), -1) for (name,) in rows]
+            listed[table] = [(str(name), -1) for (name,) in rows]
         else:
             root = Path(location, table)
-            entries = sorted(
+            listed[table] = sorted(
                 (str(file.relative_to(location)), file.stat().st_size) for file in root.glob("**/*.parquet")
             )
-        for name, size in entries:
+    return listed
+
+
+def source_key(dataset: Dataset, files: dict[str, list[tuple[str, int]]] | None = None) -> str:
+    """The sha256 of tailcut's version and every ``spans``/``traces`` file (name and size) present now
+    (or of ``files``, a :func:`source_files` listing)."""
+    from tailcut._version import __version__
+
+    listed = files if files is not None else source_files(dataset)
+    digest = hashlib.sha256(f"tailcut {__version__}\n".encode())
+    for table in _source.TABLES:
+        for name, size in listed[table]:
             digest.update(f"{name}\t{size}\n".encode())
     return digest.hexdigest()
 

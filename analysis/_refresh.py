@@ -31,19 +31,21 @@ BACKGROUND_MEMORY_LIMIT: Final = "128MB"
 
 
 def refresh(location: str, *, threads: int | None = None, memory_limit: str | None = None) -> bool:
-    """Recompute ``location``'s ``findings/`` if its source key is stale; True if the stored file is current.
+    """Recompute ``location``'s ``findings/`` (the findings and the census ``compare`` reads,
+    :mod:`._census_file`) if its source key is stale; True if the stored findings are current.
 
     ``threads`` and ``memory_limit`` are the DuckDB session's (see :class:`~tailcut.analysis.Dataset`).
     A remote data dir keeps no findings file (False). Raises what classifying raises (a
     :class:`~tailcut.errors.TailcutError` for an unreadable data dir).
     """
-    from tailcut.analysis import _findings
+    from tailcut.analysis import _census_file, _findings
     from tailcut.analysis._dataset import Dataset
 
     if is_remote(location):
         return False
     with Dataset(location, threads=threads, memory_limit=memory_limit) as data:
         data.ensure_findings(default=True)
+        _census_file.current(data)  # so the next `tailcut compare` reads it
         return _findings.stored_key(data.location) == _findings.source_key(data)
 
 

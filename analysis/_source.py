@@ -10,7 +10,7 @@ against today's schema runs over yesterday's files.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -144,13 +144,32 @@ def create_table_view(
             connection.unregister("_empty")
         connection.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
         return
-    scan = (
-        f"read_parquet('{quote(table_glob(location, table))}', hive_partitioning = true, "
-        "union_by_name = true)"
-    )
+    scan = table_scan(connection, table, f"'{quote(table_glob(location, table))}'")
+    connection.execute(f"CREATE OR REPLACE VIEW {table} AS {scan}")
+
+
+def table_scan(
+    connection: duckdb.DuckDBPyConnection, table: str, files: str, *, positions: bool = False
+) -> str:
+    """A ``SELECT`` of ``table``'s rows in ``files`` (a glob or a list, as SQL) with today's columns
+    (:func:`current_columns`); with ``positions`` also each row's ``filename`` and ``file_row_number``.
+
+    Over a list of files, its rows come in the list's order and each file's rows in theirs (DuckDB
+    preserves a scan's order unless told not to), which lets a stored column line up with them."""
+    scan = parquet_scan(files, positions=positions)
+    return current_columns(table, scanned_columns(connection, scan), scan)
+
+
+def parquet_scan(files: str, *, positions: bool = False) -> str:
+    """The ``read_parquet`` of a table's ``files`` (see :func:`table_scan`)."""
+    extra = ", filename = true, file_row_number = true" if positions else ""
+    return f"read_parquet({files}, hive_partitioning = true, union_by_name = true{extra})"
+
+
+def scanned_columns(connection: duckdb.DuckDBPyConnection, scan: str) -> dict[str, str]:
+    """The columns ``scan`` gives and their DuckDB types (read from the files' footers)."""
     rows = connection.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()  # Dataset maps its errors
-    have = {name: type_ for name, type_, *_ in rows}
-    connection.execute(f"CREATE OR REPLACE VIEW {table} AS {current_columns(table, have, scan)}")
+    return {name: type_ for name, type_, *_ in rows}
 
 
 def current_columns(table: str, have: Mapping[str, str], scan: str) -> str:
@@ -186,6 +205,15 @@ def current_columns(table: str, have: Mapping[str, str], scan: str) -> str:
             replaced.append(f"CAST({value} AS {type_}) AS {name}")
     star = f"* REPLACE ({', '.join(replaced)})" if replaced else "*"
     return f"SELECT {', '.join([star, *added])} FROM {scan}"
+
+
+def file_list(files: Sequence[str]) -> str:
+    """Paths as a SQL list of strings.
+
+    >>> file_list(["a.parquet", "it's.parquet"])
+    "['a.parquet', 'it''s.parquet']"
+    """
+    return "[" + ", ".join(f"'{quote(name)}'" for name in files) + "]"
 
 
 def quote(text: str) -> str:

@@ -58,7 +58,8 @@ _BISECTIONS: Final = 32
 
 @dataclass(frozen=True)
 class PopulationSample:
-    """One group's kept traces as a 1/π population rate needs them (one entry per kept trace).
+    """One group's kept traces as a 1/π population rate needs them (an entry per kept trace, or per set of
+    alike ones with ``repeats``).
 
     Attributes
     ----------
@@ -68,17 +69,20 @@ class PopulationSample:
         Each kept trace's π.
     size : int
         Traces seen in the group, kept or dropped (N).
+    repeats : sequence of int, optional
+        How many kept traces each entry stands for (default: one each).
     """
 
     hits: Sequence[bool]
     inclusion_probability: Sequence[float]
     size: int
+    repeats: Sequence[int] | None = None
 
     @functools.cached_property
     def _rate(self) -> stats.HorvitzThompsonRate:
         """The sums over the kept traces, once: a p-value asks for the rate at many levels."""
         hits = np.asarray(self.hits, dtype=np.float64)
-        return stats.HorvitzThompsonRate.of(hits, self.inclusion_probability, self.size)
+        return stats.HorvitzThompsonRate.of(hits, self.inclusion_probability, self.size, repeats=self.repeats)
 
     def estimate(self, confidence: float = stats.DEFAULT_CONFIDENCE) -> stats.Estimate:
         """The Horvitz–Thompson rate with N known (:func:`~.stats.horvitz_thompson_proportion`)."""

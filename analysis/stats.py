@@ -684,32 +684,43 @@ class HorvitzThompsonRate:
         population_size: int,
         *,
         sample: Sample = WEIGHTED,
+        repeats: ArrayLike | None = None,
     ) -> HorvitzThompsonRate:
         """The sums of kept traces (``indicator``, each one's π) among ``population_size`` traces seen.
+
+        ``repeats``: how many kept traces each entry stands for (alike in indicator and π), so a
+        comparison passes a few distinct rows with their counts instead of every trace; the sums are those
+        of the entries repeated.
+
+        >>> compact = HorvitzThompsonRate.of([1, 0], [0.5, 1.0], 10, repeats=[2, 3])
+        >>> compact == HorvitzThompsonRate.of([1, 1, 0, 0, 0], [0.5, 0.5, 1.0, 1.0, 1.0], 10)
+        True
 
         Raises
         ------
         StatisticsInputError
-            As :func:`horvitz_thompson_proportion`.
+            As :func:`horvitz_thompson_proportion`, or when a repeat is not a positive whole number.
         """
         _check_choice(sample, get_args(Sample), "sample")
         y, pi = _values_and_probabilities(_indicator(indicator), inclusion_probabilities)
+        times = np.ones_like(y) if repeats is None else _repeats(repeats, length=y.size)
+        kept = int(times.sum())
         check_count(population_size, "population_size")
-        if population_size < y.size:
+        if population_size < kept:
             raise StatisticsInputError(
-                f"population_size ({population_size}) is smaller than the {y.size} kept traces given"
+                f"population_size ({population_size}) is smaller than the {kept} kept traces given"
             )
         sampled = pi < 1
         return cls(
-            kept=int(y.size),
+            kept=kept,
             population_size=int(population_size),
-            count=float(np.sum(y / pi)),
+            count=float(np.sum(times * y / pi)),
             one_probability=bool(sampled.any() and np.ptp(pi[sampled]) == 0),
-            certain_hits=float(y[~sampled].sum()),
-            certain=int((~sampled).sum()),
-            sampled_hits=float(y[sampled].sum()),
-            sampled=int(sampled.sum()),
-            variance_sum=float(np.sum((1 - pi) / pi**2 * y)),
+            certain_hits=float((times * y)[~sampled].sum()),
+            certain=int(times[~sampled].sum()),
+            sampled_hits=float((times * y)[sampled].sum()),
+            sampled=int(times[sampled].sum()),
+            variance_sum=float(np.sum(times * (1 - pi) / pi**2 * y)),
             sample=sample,
         )
 
@@ -1144,6 +1155,13 @@ def _weights(weights: ArrayLike, *, length: int | None = None) -> NDArray[np.flo
     if (w <= 0).any():
         raise StatisticsInputError("weights must be positive")
     return w
+
+
+def _repeats(repeats: ArrayLike, *, length: int) -> NDArray[np.float64]:
+    r = _weights(repeats, length=length)
+    if (r != np.round(r)).any():
+        raise StatisticsInputError("repeats must be whole numbers")
+    return r
 
 
 def _values_and_probabilities(

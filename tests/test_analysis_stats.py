@@ -701,3 +701,45 @@ def test_mcnemar_agrees_with_statsmodels(b: int, c: int) -> None:
     corrected = statsmodels_mcnemar(table, exact=False, correction=True)
     assert test.chi2 == pytest.approx(corrected.statistic, rel=1e-9, abs=1e-12)
     assert test.chi2_p_value == pytest.approx(corrected.pvalue, rel=1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.sampled_from([1.0, 0.5, 0.1, 0.037]), st.integers(1, 40)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 400),
+)
+def test_repeated_rows_give_the_sums_and_estimate_of_the_rows_written_out(rows, extra):
+    """``repeats`` (how compare passes its kept traces: distinct rows and their counts) gives the rate of
+    every trace written out, at every level."""
+    hits, pi, repeats = (list(column) for column in zip(*rows, strict=True))
+    size = sum(repeats) + extra
+    compact = stats.HorvitzThompsonRate.of(hits, pi, size, repeats=repeats)
+    expanded = stats.HorvitzThompsonRate.of(np.repeat(hits, repeats), np.repeat(pi, repeats), size)
+    assert (compact.kept, compact.certain, compact.sampled) == (
+        expanded.kept,
+        expanded.certain,
+        expanded.sampled,
+    )
+    assert compact.one_probability == expanded.one_probability
+    for name in ("count", "certain_hits", "sampled_hits", "variance_sum"):
+        assert getattr(compact, name) == pytest.approx(getattr(expanded, name), rel=1e-12, abs=1e-12)
+    for level in (0.9, 0.95, 1 - 0.05 / 6):
+        a, b = compact.estimate(level), expanded.estimate(level)
+        assert (a.value, a.low, a.high, a.n_effective) == pytest.approx(
+            (b.value, b.low, b.high, b.n_effective), rel=1e-9, abs=1e-12
+        )
+
+
+@pytest.mark.parametrize("repeats", [[0, 1], [1.5, 1], [-1, 2], [1]])
+def test_repeats_must_be_positive_whole_numbers_one_per_row(repeats):
+    with pytest.raises(StatisticsInputError):
+        stats.HorvitzThompsonRate.of([1, 0], [0.5, 1.0], 10, repeats=repeats)
+
+
+def test_more_repeated_kept_traces_than_traces_seen_is_refused():
+    with pytest.raises(StatisticsInputError, match="smaller than the 5 kept"):
+        stats.HorvitzThompsonRate.of([1, 0], [0.5, 1.0], 4, repeats=[2, 3])
