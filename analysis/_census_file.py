@@ -139,10 +139,11 @@ FROM {"merged" if self.duplicates else "paired"} WHERE in_0 OR in_1 GROUP BY ALL
             return connection.execute(query, [*params[0], *params[1]]).fetchall()
 
 
-def current(dataset: Dataset) -> Census:
+def current(dataset: Dataset, *, store: bool = True) -> Census:
     """The census of ``dataset``'s files now: the stored one when its source key matches, else computed
-    (and stored, where the findings are stored too)."""
-    dataset.ensure_findings()
+    (and, with ``store``, stored where the findings are stored too; findings computed on the way are
+    stored likewise)."""
+    dataset.ensure_findings(store=store)
     listed = _findings.source_files(dataset)
     key = _findings.source_key(dataset, listed)
     remote = _source.is_remote(dataset.location)
@@ -158,7 +159,7 @@ def current(dataset: Dataset) -> Census:
     with dataset.reading():
         columns = _source.scanned_columns(dataset.connection, _source.parquet_scan(_source.file_list(files)))
     census = Census(_IN_MEMORY, files, coverage, duplicates, columns)
-    if not remote and dataset.findings_key == key:
+    if store and not remote and dataset.findings_key == key:
         written = _write(dataset.location, table, key, listed["traces"], census)
         if written is not None:
             return dataclasses.replace(census, relation=f"read_parquet('{_source.quote(str(written))}')")

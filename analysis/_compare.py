@@ -277,7 +277,7 @@ def _guidance(verdict: Verdict, seen: tuple[int, int]) -> Guidance:
 
 
 @maps_errors
-def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Comparison:
+def compare_by(dataset: Dataset, column: str, first: str, second: str, *, store: bool = True) -> Comparison:
     """Compare the traces whose ``column`` is ``first`` (group A) with those where it is ``second`` (B).
 
     Parameters
@@ -289,6 +289,9 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
         ``user_id``.
     first, second : str
         The two values (compared as text).
+    store : bool
+        Whether findings and census computed on the way are written into the data dir (the read-only
+        viewer passes False: they are then kept in this session).
 
     Returns
     -------
@@ -313,7 +316,9 @@ def compare_by(dataset: Dataset, column: str, first: str, second: str) -> Compar
         )
 
     values = (first, second)
-    coverage, groups = _groups(dataset, predicate, ([first], [second]), lambda i: missing(values[i]))
+    coverage, groups = _groups(
+        dataset, predicate, ([first], [second]), lambda i: missing(values[i]), store=store
+    )
     return _compare(f"{column}: {first} → {second}", (first, second), groups, coverage)
 
 
@@ -355,15 +360,17 @@ def _groups(
     predicate: str,
     params: tuple[Sequence[Any], Sequence[Any]],
     empty: Callable[[int], AnalysisError],
+    *,
+    store: bool = True,
 ) -> tuple[_census.CensusCoverage, tuple[GroupSample, GroupSample]]:
     """Both groups (``predicate`` over ``traces`` with each group's ``params``) from one query: the
     stored census rows (:mod:`._census_file`) paired with the ``traces`` rows' groups. ``empty(i)`` is
-    raised when no trace is in group ``i``."""
-    census = _census_file.current(dataset)
+    raised when no trace is in group ``i``; ``store`` as :func:`compare_by`'s."""
+    census = _census_file.current(dataset, store=store)
     try:
         rows = census.grouped(dataset, predicate, params)
     except DataReadError:  # a listed file was removed since (compacted): the census of the files now
-        census = _census_file.current(dataset)
+        census = _census_file.current(dataset, store=store)
         rows = census.grouped(dataset, predicate, params)
     first, second = group_samples(rows, census.coverage)
     for i, sample in enumerate((first, second)):

@@ -16,9 +16,11 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from starlette.testclient import TestClient
 
 from tailcut.analysis import Dataset, compare_by
 from tailcut.analysis import _census_file as census_file
+from tailcut.ui import Viewer, create_app
 from tests.census_support import draw, feed
 
 pytestmark = pytest.mark.slow
@@ -125,8 +127,8 @@ def test_a_listed_file_gone_since_the_census_was_read_is_recovered_from(data, mo
     real = census_file.current
     calls = []
 
-    def stale(dataset):
-        census = real(dataset)
+    def stale(dataset, **options):
+        census = real(dataset, **options)
         calls.append(census)
         if len(calls) == 1:
             gone = str(Path(census.files[0]).with_name("compacted-away.parquet"))
@@ -155,3 +157,20 @@ def test_a_data_dir_that_cannot_take_the_census_keeps_it_in_memory(data, monkeyp
     monkeypatch.setattr(census_file, "_write", lambda *args: None)  # as on a full disk or read-only dir
     assert _record(data) == expected
     assert not census_file.path(str(data)).exists()
+
+
+def test_the_viewer_compares_without_writing_into_the_data_dir(data):
+    """The viewer is read-only: its /compare computes findings and census in its session and writes
+    neither, and shows the numbers a stored census gives."""
+    viewer = Viewer(data)
+    try:
+        page = TestClient(create_app(viewer)).get(
+            "/compare", params={"by": "harness_revision", "a": "v1", "b": "v2"}
+        )
+    finally:
+        viewer.close()
+    assert page.status_code == 200, page.text
+    assert not (data / "census").exists() and not (data / "findings").exists()
+    record = _record(data)
+    error = next(row for row in record["categories"] if row["category"] == "error")["census"]
+    assert f"{error['a']['numerator']:.0f}/{error['a']['denominator']} → " in page.text

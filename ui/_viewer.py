@@ -212,7 +212,7 @@ class Viewer:
 
         with self._lock:
             try:
-                return compare_by(self.dataset, column, first, second)
+                return compare_by(self.dataset, column, first, second, store=False)  # read-only
             except AnalysisError as exc:
                 raise BadRequest(str(exc)) from None
 
