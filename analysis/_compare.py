@@ -497,7 +497,7 @@ def plan(rate: float, delta: float, dataset: Dataset | None = None) -> Plan:
     ).fetchall()
     if not seen:
         raise AnalysisError(f"{dataset.location}: no traces seen; plan without --data")
-    coverage = _census.build(dataset)
+    coverage = _census_file.current(dataset).coverage
     rows = []
     for category in category_rates(dataset):
         weighted = category.weighted

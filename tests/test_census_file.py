@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from starlette.testclient import TestClient
 
-from tailcut.analysis import Dataset, compare_by
+from tailcut.analysis import Dataset, _findings, compare_by
 from tailcut.analysis import _census_file as census_file
 from tailcut.ui import Viewer, create_app
 from tests.census_support import draw, feed
@@ -174,3 +174,13 @@ def test_the_viewer_compares_without_writing_into_the_data_dir(data):
     record = _record(data)
     error = next(row for row in record["categories"] if row["category"] == "error")["census"]
     assert f"{error['a']['numerator']:.0f}/{error['a']['denominator']} → " in page.text
+
+
+def test_the_collector_leaves_a_current_census_for_the_next_compare(collected):
+    """The collector's background refresh writes the census with the findings, so a CI gate's compare
+    reads it rather than computing it."""
+    stored = census_file.path(str(collected))
+    assert stored.exists()
+    with Dataset(collected) as dataset:
+        key = _findings.source_key(dataset)
+    assert pq.read_schema(stored).metadata[b"tailcut.census.source"] == key.encode()
