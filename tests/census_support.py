@@ -223,3 +223,18 @@ def draw(group: str, n: int, rates: dict[str, float], rng: random.Random, **alwa
 def truth(runs: Iterable[Run], category: str) -> int:
     """How many of ``runs`` show ``category``."""
     return sum(getattr(run, category) for run in runs)
+
+
+def viewer_compare(data: Path, first: str = "v1", second: str = "v2") -> Any:
+    """The viewer's ``/compare`` page of ``harness_revision`` ``first`` → ``second`` (the response)."""
+    from starlette.testclient import TestClient
+
+    from tailcut.ui import Viewer, create_app
+
+    viewer = Viewer(data)
+    try:
+        return TestClient(create_app(viewer)).get(
+            "/compare", params={"by": "harness_revision", "a": first, "b": second}
+        )
+    finally:
+        viewer.close()

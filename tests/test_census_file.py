@@ -16,12 +16,10 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from starlette.testclient import TestClient
 
 from tailcut.analysis import Dataset, _findings, compare_by
 from tailcut.analysis import _census_file as census_file
-from tailcut.ui import Viewer, create_app
-from tests.census_support import draw, feed
+from tests.census_support import draw, feed, viewer_compare
 
 pytestmark = pytest.mark.slow
 
@@ -162,13 +160,7 @@ def test_a_data_dir_that_cannot_take_the_census_keeps_it_in_memory(data, monkeyp
 def test_the_viewer_compares_without_writing_into_the_data_dir(data):
     """The viewer is read-only: its /compare computes findings and census in its session and writes
     neither, and shows the numbers a stored census gives."""
-    viewer = Viewer(data)
-    try:
-        page = TestClient(create_app(viewer)).get(
-            "/compare", params={"by": "harness_revision", "a": "v1", "b": "v2"}
-        )
-    finally:
-        viewer.close()
+    page = viewer_compare(data)
     assert page.status_code == 200, page.text
     assert not (data / "census").exists() and not (data / "findings").exists()
     record = _record(data)

@@ -13,13 +13,11 @@ import random
 
 import pytest
 from click.testing import CliRunner
-from starlette.testclient import TestClient
 
 from tailcut.analysis._power import traces_per_group
 from tailcut.analysis.stats import wilson_interval
 from tailcut.cli import cli
-from tailcut.ui import Viewer, create_app
-from tests.census_support import Run, draw, feed
+from tests.census_support import Run, draw, feed, viewer_compare
 
 pytestmark = pytest.mark.slow
 
@@ -113,13 +111,7 @@ def test_the_viewer_shows_the_numbers_of_the_cli(data):
     interval labelled at the level it is drawn at (never "[95%]" for a Holm-level one), and the hint."""
     data_dir, _ = data
     record = json.loads(compare(data_dir, "v1", "v2", "--format", "json").output)
-    viewer = Viewer(data_dir)
-    try:
-        page = TestClient(create_app(viewer)).get(
-            "/compare", params={"by": "harness_revision", "a": "v1", "b": "v2"}
-        )
-    finally:
-        viewer.close()
+    page = viewer_compare(data_dir)
     assert page.status_code == 200
     html = page.text
     assert "[95%]" not in html and "census categories (every trace seen counted" in html
