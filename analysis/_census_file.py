@@ -50,14 +50,16 @@ if TYPE_CHECKING:
 #: and the file.
 DIRECTORY: Final = "census"
 FILE: Final = "census.parquet"
-#: The booleans packed into ``bits``, lowest bit first.
-BITS: Final = (
-    "kept",
-    "baseline",
-    "tail",
-    *(f"flag_{c}" for c in _census.CENSUS_CATEGORIES),
-    *(f"found_{c}" for c in CATEGORIES),
-)
+#: The booleans packed into ``bits``, lowest bit first, and each one's SQL over ``_census c`` joined with
+#: the findings ``f`` (:data:`._census.FOUND`).
+_BIT_SQL: Final = {
+    "kept": "c.kept",
+    "baseline": "c.baseline",
+    "tail": "c.tail",
+    **{f"flag_{c}": f"c.flag_{c}" for c in _census.CENSUS_CATEGORIES},
+    **{f"found_{c}": f"f.found_{c}" for c in CATEGORIES},
+}
+BITS: Final = tuple(_BIT_SQL)
 #: Parquet key-value metadata of the census file.
 _SOURCE_KEY: Final = b"tailcut.census.source"
 _FILES: Final = b"tailcut.census.files"
@@ -172,7 +174,7 @@ def _rows(dataset: Dataset, files: Sequence[str]) -> pa.Table:
     order."""
     packed = " + ".join(
         f"(CASE WHEN coalesce({column}, false) THEN {bit(name)} ELSE 0 END)"
-        for name, column in zip(BITS, _bit_columns(), strict=True)
+        for name, column in _BIT_SQL.items()
     )
     query = f"""
 SELECT c.head, c.inclusion_probability, (dense_rank() OVER (ORDER BY c.trace_id) - 1)::INTEGER AS trace_no,
@@ -181,17 +183,6 @@ FROM {_census.TABLE} c LEFT JOIN {_census.FOUND} f USING (trace_id)
 ORDER BY list_position($files, c.filename), c.file_row_number
 """
     return dataset.sql_arrow(query, params={"files": list(files)})
-
-
-def _bit_columns() -> list[str]:
-    """The SQL of each of :data:`BITS` over ``_census c`` joined with the findings ``f``."""
-    return [
-        "c.kept",
-        "c.baseline",
-        "c.tail",
-        *(f"c.flag_{c}" for c in _census.CENSUS_CATEGORIES),
-        *(f"f.found_{c}" for c in CATEGORIES),
-    ]
 
 
 def _write(
