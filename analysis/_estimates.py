@@ -216,16 +216,8 @@ def group_samples(
         mine = [row for row in rows if row[group]]
         census = _census.counts(
             [
-                (
-                    head,
-                    sum(row[5] for row in at),
-                    *(
-                        sum(row[5] for row in at if row[4] & bit(f"flag_{c}"))
-                        for c in _census.CENSUS_CATEGORIES
-                    ),
-                )
-                for head in sorted({row[2] for row in mine})
-                for at in [[row for row in mine if row[2] == head]]
+                _census_row(head, [row for row in mine if row[2] == head])
+                for head in sorted({r[2] for r in mine})
             ]
         )
         chosen = [row for row in mine if row[4] & kept]
@@ -251,6 +243,13 @@ def group_samples(
             )
         )
     return samples
+
+
+def _census_row(head: float, rows: Sequence[tuple[bool, bool, float, float, int, int]]) -> tuple:
+    """``(head, traces seen, traces of each census category)`` of the grouped rows at one head
+    probability (the rows :func:`._census.counts` takes)."""
+    flagged = (sum(row[5] for row in rows if row[4] & bit(f"flag_{c}")) for c in _census.CENSUS_CATEGORIES)
+    return (head, sum(row[5] for row in rows), *flagged)
 
 
 def _sample(
