@@ -127,28 +127,15 @@ def _census_sql(source: str, positions: bool) -> str:
     """The ``_census`` table: every row of ``source`` (``traces``, or a scan of some of its files) with its
     flags and the columns a sample needs, and with ``positions`` each row's ``filename`` and
     ``file_row_number``. Only the :data:`READ` columns are read: the CTE named ``traces`` shadows the view
-    for the reference (:data:`._rules._REFERENCE_SAMPLE`) and the flags."""
+    for the reference (:data:`._rules.REFERENCE`) and the flags."""
     flags = _flags()
     selected = ", ".join(f"coalesce({sql}, false) AS flag_{c}" for c, sql in flags.items())
     located = ", filename, file_row_number" if positions else ""
     carried = ", t.filename, t.file_row_number" if positions else ""
-    spread = _rules._spread
-    spread_columns = _rules._spread_columns
     return f"""
 CREATE OR REPLACE TEMP TABLE {TABLE} AS
 WITH traces AS NOT MATERIALIZED (SELECT {", ".join(READ)}{located} FROM {source}),
-{_rules._REFERENCE_SAMPLE},
-spreads AS (
-    SELECT agent_no, {spread("tokens", "tokens")}, {spread("llm_calls", "calls")},
-           {spread("duration_ms", "duration")}, {spread("max_depth", "depth")},
-           {spread("span_count", "spans")}
-    FROM chosen GROUP BY agent_no
-),
-reference AS (
-    SELECT a.agent, {spread_columns("tokens")}, {spread_columns("calls")}, {spread_columns("duration")},
-           {spread_columns("depth")}, {spread_columns("spans")}
-    FROM spreads s JOIN agents a USING (agent_no)
-)
+{_rules.REFERENCE}
 SELECT t.trace_id, t.kept, t.baseline, t.inclusion_probability, coalesce(t.head_probability, 1.0) AS head,
        {TAIL_KEPT} AS tail{carried}, {selected}
 FROM traces t LEFT JOIN reference r ON r.agent = {_rules.agent_key("t")}

@@ -84,7 +84,10 @@ category                fires when                   first span                 
 kept or dropped: no spans needed), when it has at least ``min_baseline`` traces; never the kept
 failures. A data dir written without a collector (every trace kept, π = 1) is a census of the traffic, and
 its whole census of that agent is the reference (median and MAD ignore the few failures in it). Otherwise
-the agent gets no cost or structure verdict. The robust z of a value x is ``(x − median) / s`` with
+the agent gets no cost or structure verdict. Of an agent with more than ``max_reference`` reference
+traces, a uniform sub-slice of about that many is the reference: the traces whose trace id's DuckDB
+``hash`` is below ``2^64 · max_reference / n`` (the same traces on every run). The robust z of a value
+x is ``(x − median) / s`` with
 ``s = max(1.4826·MAD, (Q90 − median)/1.2816, min_relative_scale·|median|, 1)``: for normal traffic
 the first two both estimate σ; the Q90 term keeps a reference whose bulk sits in one tight mode (most
 runs answer from the FAQ in one call) from flagging the ordinary runs of its other modes, and the last two
@@ -176,6 +179,11 @@ class Thresholds:
         Floor of a z-score's scale, as a share of the reference median.
     min_baseline : int, default 20
         Reference traces an agent needs before its z-scores are computed.
+    max_reference : int, default 5000
+        Reference traces an agent's z-scores are computed from at most: of more, a uniform sub-slice of
+        about this many, chosen by a hash of the trace id. The medians and MADs of 5,000 draws are within
+        about 2% of a standard deviation (one standard error) of the whole slice's; their time and memory
+        then stay bounded as the data dir grows.
     score_threshold : float, default 0.5
         An ``outcome_score`` below it is a ``silent_degradation``.
     degraded_finish_reasons : tuple of str
@@ -205,6 +213,7 @@ class Thresholds:
     duration_z: float = 20.0
     min_relative_scale: float = 0.1
     min_baseline: int = 20
+    max_reference: int = 5000
     score_threshold: float = 0.5
     degraded_finish_reasons: tuple[str, ...] = ("length", "content_filter", "max_tokens", "refusal")
     drift_min_attempts: int = 2
@@ -223,6 +232,10 @@ class Thresholds:
             raise ConfigError(f"drift_min_attempts must be at least 2, got {self.drift_min_attempts}")
         if self.min_baseline < 1:
             raise ConfigError(f"min_baseline must be at least 1, got {self.min_baseline}")
+        if self.max_reference < self.min_baseline:
+            raise ConfigError(
+                f"max_reference must be at least min_baseline ({self.min_baseline}), got {self.max_reference}"
+            )
         for name in ("structure_z", "cost_z", "duration_z"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")

@@ -91,34 +91,45 @@ def _spread_columns(stat: str) -> str:
     return f"{med} AS med_{stat}, mad_{stat}, {q90} AS q90_{stat}, {scale} AS scale_{stat}"
 
 
+#: The value of DuckDB's 64-bit ``hash`` of a trace id below which the trace is in its agent's sub-slice:
+#: ``2^64 · $max_reference / n`` for an agent of ``n`` reference traces (a hash, not the trace id's own
+#: digits: those are a counter in some generators).
+_CUT: Final = "(18446744073709551615 * ($max_reference / n_reference))::UBIGINT"
+
 _REFERENCE_SAMPLE: Final = f"""
 traces_by_agent AS (
     SELECT trace_id, kept, baseline, inclusion_probability, max_depth, span_count, llm_calls, duration_ms,
            {agent_key()} AS agent, input_tokens + output_tokens AS tokens
     FROM traces
 ),
-agents AS (
-    SELECT agent, row_number() OVER (ORDER BY agent) AS agent_no,
-           count(*) FILTER (WHERE baseline) AS n_baseline,
-           count(*) AS n_all,
+agent_counts AS (
+    SELECT agent, count(*) FILTER (WHERE baseline) AS n_baseline, count(*) AS n_all,
            bool_and(kept AND inclusion_probability >= 1.0) AS census
     FROM traces_by_agent GROUP BY agent
+),
+agents AS (
+    SELECT *, CASE WHEN n_reference > $max_reference THEN {_CUT} END AS cut
+    FROM (SELECT *, row_number() OVER (ORDER BY agent) AS agent_no,
+                 CASE WHEN n_baseline >= $min_baseline THEN n_baseline ELSE n_all END AS n_reference
+          FROM agent_counts)
 ),
 chosen AS NOT MATERIALIZED (
     SELECT t.trace_id, t.max_depth, t.span_count, t.llm_calls, t.duration_ms, t.tokens, a.agent_no,
            CASE WHEN a.n_baseline >= $min_baseline THEN 'baseline slice' ELSE 'census' END AS source
     FROM traces_by_agent t JOIN agents a USING (agent)
-    WHERE (a.n_baseline >= $min_baseline AND t.baseline)
-       OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline)
+    WHERE ((a.n_baseline >= $min_baseline AND t.baseline)
+           OR (a.n_baseline < $min_baseline AND a.census AND a.n_all >= $min_baseline))
+      AND (a.cut IS NULL OR hash(t.trace_id) < a.cut)
 )"""
 """Each agent's reference sample, the ``chosen`` traces: its uniform baseline slice when that has at least
 ``$min_baseline`` traces, else every trace when all were kept with certainty (a census) and there are
-enough; else none (no z-scores for that agent). ``agent_no`` numbers the agents, cheaper to group by than
-their names. Only the ``traces`` table is read."""
+enough; else none (no z-scores for that agent). Of an agent with more than ``$max_reference`` such traces,
+a uniform sub-slice of about that many (:data:`_CUT`): the quantiles' time and memory stay bounded however
+long the data dir's history, and the same traces are chosen on every run (and stay chosen as it grows).
+``agent_no`` numbers the agents, cheaper to group by than their names. Only the ``traces`` table is
+read."""
 
-SCORES_SQL: Final = f"""
-CREATE OR REPLACE TABLE _scores AS
-WITH {_REFERENCE_SAMPLE},
+REFERENCE: Final = f"""{_REFERENCE_SAMPLE},
 spreads AS (
     SELECT agent_no, any_value(source) AS source, count(*) AS n,
            {_spread("tokens", "tokens")}, {_spread("llm_calls", "calls")},
@@ -130,7 +141,15 @@ reference AS (
     SELECT a.agent, s.source, s.n, {_spread_columns("tokens")}, {_spread_columns("calls")},
            {_spread_columns("duration")}, {_spread_columns("depth")}, {_spread_columns("spans")}
     FROM spreads s JOIN agents a USING (agent_no)
-)
+)"""
+"""The CTEs of :data:`_REFERENCE_SAMPLE` and ``reference``: per agent, where its sample comes from
+(``source``), its size ``n`` and the robust statistics of each per-trace quantity
+(:func:`_spread_columns`), which the z-scores of the classifier (:data:`SCORES_SQL`) and of the census
+(:mod:`._census`) are computed against."""
+
+SCORES_SQL: Final = f"""
+CREATE OR REPLACE TABLE _scores AS
+WITH {REFERENCE}
 SELECT * FROM (
     SELECT t.trace_id, t.max_depth, t.span_count, t.tokens, t.llm_calls,
            t.duration_ms, r.agent, r.source, r.n AS ref_n, r.med_depth, r.med_spans, r.med_tokens,
@@ -147,7 +166,7 @@ WHERE z_depth >= $structure_z OR z_spans >= $structure_z
 """
 """The kept traces far from their agent's reference in structure or cost: what ``tool_loop`` and
 ``cost_blowup`` start from. The reference is, per agent, the robust statistics (median, MAD, 90th
-percentile) of its reference sample (:data:`_REFERENCE_SAMPLE`). The ``traces`` table answers it all; no
+percentile) of its reference sample (:data:`REFERENCE`). The ``traces`` table answers it all; no
 span is read. A table of the main schema, not a temporary one: the classifier runs the statements that read
 it on cursors of its own (see :mod:`._classify`), and a temporary table is seen by its connection alone."""
 

@@ -122,6 +122,11 @@ def tree(trace_id: str, data_dir: str, as_json: bool, payloads: bool, full: bool
 @click.option("--score-threshold", type=float, help="outcome_score below which a run degraded (default 0.5).")
 @click.option("--min-baseline", type=int, help="Reference traces an agent needs for z-scores (default 20).")
 @click.option(
+    "--max-reference",
+    type=int,
+    help="Reference traces per agent at most; of more, a sub-slice of about this many (default 5000).",
+)
+@click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False),
@@ -137,6 +142,7 @@ def classify(
     cost_z: float | None,
     score_threshold: float | None,
     min_baseline: int | None,
+    max_reference: int | None,
     config_path: str | None = None,
 ) -> None:
     """Find failure categories in the kept traces: first span, harness layer, evidence.
@@ -155,6 +161,7 @@ def classify(
         "cost_z": cost_z,
         "score_threshold": score_threshold,
         "min_baseline": min_baseline,
+        "max_reference": max_reference,
     }
     given: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
     if config_path is not None:
