@@ -25,13 +25,15 @@ while the key matches, the listed files hold the same rows in the same order. A 
 (a compaction) fails the read, and the caller computes the census again.
 
 A remote or read-only data dir, and a session whose findings come from other thresholds, compute the census
-in the session and keep it in memory.
+in the session and keep it in memory, for the session's later comparisons while the files and the findings
+stay the same (the viewer's ``/compare`` pages, a notebook comparing again).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,9 @@ _DUPLICATES: Final = b"tailcut.census.duplicates"
 _COLUMNS: Final = b"tailcut.census.columns"
 #: The in-memory census of a session that cannot store it.
 _IN_MEMORY: Final = "_census_rows"
+#: Per session, the census kept in memory (registered as :data:`_IN_MEMORY`), with the source key and the
+#: findings generation (:attr:`Dataset.findings_generation`) it was computed for.
+_HELD: weakref.WeakKeyDictionary[Dataset, tuple[str, int, Census]] = weakref.WeakKeyDictionary()
 
 
 def path(location: str) -> Path:
@@ -153,6 +158,9 @@ def current(dataset: Dataset, *, store: bool = True) -> Census:
     stored = None if remote else _read(dataset.location, key, files)
     if stored is not None:
         return stored
+    held = _HELD.get(dataset)
+    if held is not None and held[:2] == (key, dataset.findings_generation):
+        return held[2]
     if not files:
         return Census(_IN_MEMORY, files, _census.build(dataset), duplicates=False, columns={})
     coverage = _census.build(dataset, files=files)
@@ -166,6 +174,7 @@ def current(dataset: Dataset, *, store: bool = True) -> Census:
         if written is not None:
             return dataclasses.replace(census, relation=f"read_parquet('{_source.quote(str(written))}')")
     dataset.connection.register(_IN_MEMORY, table)
+    _HELD[dataset] = (key, dataset.findings_generation, census)
     return census
 
 

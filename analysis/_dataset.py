@@ -177,6 +177,7 @@ class Dataset:
         #: source key of the registered findings; None when none are, or they came from custom thresholds
         self._findings_key: str | None = None
         self._custom_findings = False
+        self._findings_generation = 0
         self._requests: _pieces.Requests | None = None
         self.refresh()
 
@@ -495,6 +496,7 @@ class Dataset:
 
     def _register_findings(self, query: str, *, table: bool = False) -> None:
         """Replace the ``findings`` view or table (whichever exists) with ``query``'s rows."""
+        self._findings_generation += 1
         for kind in ("VIEW", "TABLE"):
             try:
                 self._connection.execute(f"DROP {kind} IF EXISTS findings")
@@ -508,6 +510,12 @@ class Dataset:
         """The source key (:func:`._findings.source_key`) of the registered findings when they are the
         default thresholds' (None: none registered, or of other thresholds)."""
         return self._findings_key
+
+    @property
+    def findings_generation(self) -> int:
+        """A number that changes whenever the ``findings`` table is replaced: what this session derived
+        from the findings (an in-memory census) stays current while it and the source key are unchanged."""
+        return self._findings_generation
 
     def has_findings(self) -> bool:
         """Whether a ``findings`` table is registered in this session (it may be stale; see

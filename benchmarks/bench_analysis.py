@@ -683,7 +683,9 @@ def main() -> None:
             assert digest == expected, f"findings differ from the recorded ones ({expected})"
             print("findings identical to the recorded ones")
 
-        time_compare(data)
+        with Dataset(path) as gate:  # as `tailcut compare` runs: a new session, the stored default findings
+            gate.ensure_findings()
+            time_compare(gate)
 
         anchors = "SELECT trace_id, span_id, span_index, subtree_end FROM spans WHERE kind = 'agent'"
         nested_sql = (

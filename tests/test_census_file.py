@@ -157,6 +157,39 @@ def test_a_data_dir_that_cannot_take_the_census_keeps_it_in_memory(data, monkeyp
     assert not census_file.path(str(data)).exists()
 
 
+def test_a_census_kept_in_memory_serves_the_session_until_the_files_or_findings_change(
+    data, collected, tmp_path, monkeypatch
+):
+    """Without a stored census (here: the viewer's ``store=False``) a session computes it once, compares
+    from it again while the files and its findings stay the same, and computes it again after either
+    changes."""
+    from tailcut.analysis import Thresholds, _census
+
+    real = _census.build
+    builds = []
+    monkeypatch.setattr(_census, "build", lambda *args, **options: builds.append(1) or real(*args, **options))
+    with Dataset(data) as dataset:
+        first = compare_by(dataset, "harness_revision", "v1", "v2", store=False).to_record()
+        assert compare_by(dataset, "harness_revision", "v1", "v2", store=False).to_record() == first
+        assert len(builds) == 1
+        dataset.classify(thresholds=Thresholds(loop_min_repeats=2))  # other findings: another census
+        compare_by(dataset, "harness_revision", "v1", "v2", store=False)
+        assert len(builds) == 2
+        extra = feed(
+            tmp_path / "more", draw("v2", 10, {"error": 1.0}, random.Random(3)), baseline_percent=20.0
+        )
+        for path in [*(extra / "traces").glob("**/*.parquet"), *(extra / "spans").glob("**/*.parquet")]:
+            target = data / path.relative_to(extra)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target.with_name(f"late-{path.name}"))
+        dataset.refresh()
+        dataset.classify()  # the default findings of the files now, as `ensure_findings` would make them
+        grown = compare_by(dataset, "harness_revision", "v1", "v2", store=False).to_record()
+        assert len(builds) == 3
+        assert grown["b"]["seen"] == first["b"]["seen"] + 10
+    assert not (data / "census").exists()
+
+
 def test_the_viewer_compares_without_writing_into_the_data_dir(data):
     """The viewer is read-only: its /compare computes findings and census in its session and writes
     neither, and shows the numbers a stored census gives."""
